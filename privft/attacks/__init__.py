@@ -1,0 +1,13 @@
+"""Membership-inference attacks: pure functions of token statistics, looked up by name."""
+
+from privft.attacks import token_level  # noqa: F401  (registers the token-level attacks)
+from privft.attacks.blind import SHIFT_AUC, blind_baseline_scores
+from privft.attacks.registry import ATTACKS, Attack, AttackInputs, get_attack, register_attack
+from privft.attacks.token_level import min_k_plus_plus_score, min_k_score
+
+DEFAULT_ATTACKS = ("loss", "loss_bpb", "zlib", "lowercase", "min_k", "min_k_pp", "ref_ratio", "ref_ratio_bpb")
+
+__all__ = [
+    "ATTACKS", "Attack", "AttackInputs", "DEFAULT_ATTACKS", "SHIFT_AUC", "blind_baseline_scores",
+    "get_attack", "min_k_plus_plus_score", "min_k_score", "register_attack",
+]

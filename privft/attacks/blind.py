@@ -1,0 +1,32 @@
+"""The blind baseline: a model-free bag-of-words classifier that guards the membership split."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from sklearn.feature_extraction.text import TfidfVectorizer
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import StratifiedKFold, cross_val_predict
+from sklearn.pipeline import make_pipeline
+
+SHIFT_AUC = 0.6  # a blind AUC at or above this, with a CI excluding 0.5, means the split leaks
+
+
+def blind_baseline_scores(texts: Sequence[str], y_true: np.ndarray, *, n_folds: int = 5, seed: int = 0
+                          ) -> np.ndarray:
+    """Out-of-fold member probabilities from TF-IDF (1–2-grams) + logistic regression (Das et al. 2024).
+
+    The classifier never sees the model. If it separates members from non-members, the split
+    differs in distribution and every attack number partly measures that difference.
+    """
+    y_true = np.asarray(y_true)
+    n_folds = min(n_folds, int(np.bincount(y_true, minlength=2).min()))
+    if n_folds < 2:
+        raise ValueError("The blind baseline needs at least 2 members and 2 non-members.")
+    classifier = make_pipeline(
+        TfidfVectorizer(min_df=2, ngram_range=(1, 2), sublinear_tf=True),
+        LogisticRegression(max_iter=2000),
+    )
+    folds = StratifiedKFold(n_splits=n_folds, shuffle=True, random_state=seed)
+    return cross_val_predict(classifier, list(texts), y_true, cv=folds, method="predict_proba")[:, 1]

@@ -1,0 +1,243 @@
+"""Membership-inference audit metrics: AUC with bootstrap CI, TPR at low FPR, perplexity.
+
+Conventions: labels are 1 = member, 0 = non-member; a higher score means "more likely a member".
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike
+from scipy.stats import beta
+from sklearn.metrics import roc_auc_score, roc_curve
+
+DEFAULT_MAX_FPRS: tuple[float, ...] = (0.01, 0.001, 0.0001)
+"""FPR ceilings reported by default: 1 %, 0.1 %, 0.01 %."""
+
+PERPLEXITY_CONVENTION = (
+    "Perplexity is exp(total NLL / total tokens) over all held-out texts "
+    "(token-weighted mean NLL), not a mean of per-text perplexities."
+)
+"""One-sentence statement of the perplexity convention, for reports."""
+
+MIN_RESOLVING_FALSE_POSITIVES = 10
+"""Below this many allowed false positives a TPR-at-FPR estimate gets a resolution warning."""
+
+_BOOTSTRAP_CHUNK = 64  # resamples processed at once; bounds memory to ~chunk x n_scores
+
+
+@dataclass(frozen=True)
+class AUCResult:
+    """ROC AUC with a stratified bootstrap percentile confidence interval."""
+
+    auc: float
+    ci_low: float
+    ci_high: float
+    n_members: int
+    n_non_members: int
+    n_bootstrap: int
+
+    def to_dict(self) -> dict:
+        """Return the fields as a plain dict."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class TPRAtFPR:
+    """Best TPR at FPR <= max_fpr, with a Clopper-Pearson 95 % interval and resolution warning."""
+
+    max_fpr: float
+    tpr: float | None
+    fpr_achieved: float | None
+    threshold: float | None  # predict member iff score >= threshold; inf = predict none
+    true_positives: int | None
+    false_positives: int | None
+    n_members: int
+    n_non_members: int
+    ci_low: float | None
+    ci_high: float | None
+    warning: str | None
+
+    def to_dict(self) -> dict:
+        """Return the fields as a plain dict."""
+        return asdict(self)
+
+    def format(self) -> str:
+        """Render e.g. '0.086 [0.07, 0.10] (34/400 members, FPR ≤ 1 % on 1,000 non-members)'."""
+        context = f"FPR ≤ {_percent(self.max_fpr)} on {self.n_non_members:,} non-members"
+        if self.tpr is None:
+            return f"n/a ({context}) — {self.warning}"
+        text = (
+            f"{self.tpr:.3f} [{self.ci_low:.2f}, {self.ci_high:.2f}] "
+            f"({self.true_positives:,}/{self.n_members:,} members, {context})"
+        )
+        return f"{text} — {self.warning}" if self.warning else text
+
+    def __str__(self) -> str:
+        """Same as format()."""
+        return self.format()
+
+
+@dataclass(frozen=True)
+class AttackMetrics:
+    """All headline metrics of one membership-inference attack."""
+
+    auc: AUCResult
+    tpr_at_fpr: tuple[TPRAtFPR, ...]
+
+    def to_dict(self) -> dict:
+        """Return a nested plain dict."""
+        return {"auc": self.auc.to_dict(), "tpr_at_fpr": [t.to_dict() for t in self.tpr_at_fpr]}
+
+
+def _percent(fraction: float) -> str:
+    return f"{fraction * 100:g} %"
+
+
+def _validate(y_true: ArrayLike, y_score: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    """Check labels/scores and return them as (int 0/1 array, float array)."""
+    y = np.asarray(y_true)
+    s = np.asarray(y_score, dtype=float)
+    if y.ndim != 1 or s.ndim != 1:
+        raise ValueError(f"y_true and y_score must be 1-D, got shapes {y.shape} and {s.shape}")
+    if len(y) != len(s):
+        raise ValueError(f"y_true and y_score lengths differ: {len(y)} labels vs {len(s)} scores")
+    bad = ~np.isin(y, (0, 1))
+    if bad.any():
+        found = np.unique(y[bad])[:5]
+        raise ValueError(f"labels must be 1 (member) or 0 (non-member); found {found}")
+    y = y.astype(np.int8)
+    n_members = int(y.sum())
+    if n_members == 0 or n_members == len(y):
+        missing = "members (label 1)" if n_members == 0 else "non-members (label 0)"
+        raise ValueError(f"need both classes; there are no {missing} among {len(y)} labels")
+    nonfinite = ~np.isfinite(s)
+    if nonfinite.any():
+        in_members = int(nonfinite[y == 1].sum())
+        raise ValueError(
+            f"{int(nonfinite.sum())} non-finite (NaN/inf) scores: "
+            f"{in_members} among members, {int(nonfinite.sum()) - in_members} among non-members"
+        )
+    return y, s
+
+
+def _bootstrap_aucs(value_idx: np.ndarray, y: np.ndarray, n_values: int,
+                    n_bootstrap: int, rng: np.random.Generator) -> np.ndarray:
+    """Exact AUCs (ties count 0.5) of stratified resamples, via per-resample score histograms."""
+    members, non_members = value_idx[y == 1], value_idx[y == 0]
+    n1, n0 = len(members), len(non_members)
+    aucs = np.empty(n_bootstrap)
+    for start in range(0, n_bootstrap, _BOOTSTRAP_CHUNK):
+        rows = min(_BOOTSTRAP_CHUNK, n_bootstrap - start)
+        mem = members[rng.integers(0, n1, size=(rows, n1), dtype=np.int32)]
+        non = non_members[rng.integers(0, n0, size=(rows, n0), dtype=np.int32)]
+        offsets = np.arange(rows)[:, None] * n_values
+        non_hist = np.bincount((non + offsets).ravel(), minlength=rows * n_values)
+        non_hist = non_hist.reshape(rows, n_values).astype(np.int32)
+        # Twice the credit per distinct score: 2 x (non-members below) + (non-members equal).
+        credit2 = 2 * np.cumsum(non_hist, axis=1, dtype=np.int32) - non_hist
+        wins2 = np.take_along_axis(credit2, mem, axis=1).sum(axis=1, dtype=np.int64)
+        aucs[start:start + rows] = wins2 / (2 * n1 * n0)
+    return aucs
+
+
+def auc_with_ci(y_true: ArrayLike, y_score: ArrayLike, *, n_bootstrap: int = 1000,
+                confidence: float = 0.95, seed: int = 0) -> AUCResult:
+    """ROC AUC (sklearn) with a seeded stratified bootstrap percentile confidence interval."""
+    if n_bootstrap < 1:
+        raise ValueError(f"n_bootstrap must be positive, got {n_bootstrap}")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    y, s = _validate(y_true, y_score)
+    values, value_idx = np.unique(s, return_inverse=True)
+    aucs = _bootstrap_aucs(value_idx, y, len(values), n_bootstrap, np.random.default_rng(seed))
+    tail = (1 - confidence) / 2
+    low, high = np.quantile(aucs, [tail, 1 - tail])
+    n_members = int(y.sum())
+    return AUCResult(float(roc_auc_score(y, s)), float(low), float(high),
+                     n_members, len(y) - n_members, n_bootstrap)
+
+
+def clopper_pearson(successes: int, trials: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Exact (Clopper-Pearson) binomial confidence interval for successes / trials."""
+    alpha = 1 - confidence
+    low = 0.0 if successes == 0 else beta.ppf(alpha / 2, successes, trials - successes + 1)
+    if successes == trials:
+        high = 1.0
+    else:
+        high = beta.ppf(1 - alpha / 2, successes + 1, trials - successes)
+    return float(low), float(high)
+
+
+def _allowed_false_positives(n_non_members: int, max_fpr: float) -> int:
+    """Most false positives an FPR of max_fpr permits on n_non_members."""
+    # Tolerance guards products like 0.001 * 3000 against rounding just below an integer.
+    return math.floor(n_non_members * max_fpr + 1e-9)
+
+
+def _resolution_warning(n_non_members: int, max_fpr: float, allowed: int) -> str | None:
+    """Explain when n_non_members is too few to resolve max_fpr; None when it is enough."""
+    if allowed >= MIN_RESOLVING_FALSE_POSITIVES:
+        return None
+    if allowed < 1:
+        need = math.ceil(1 / max_fpr - 1e-9)
+        return (f"not estimable: {n_non_members:,} non-members cannot resolve "
+                f"FPR {_percent(max_fpr)} (need ≥ {need:,})")
+    need = math.ceil(MIN_RESOLVING_FALSE_POSITIVES / max_fpr - 1e-9)
+    return (f"low resolution: FPR ≤ {_percent(max_fpr)} on {n_non_members:,} non-members allows "
+            f"only {allowed} false positive{'s' if allowed > 1 else ''}, so the threshold rests on "
+            f"fewer than {MIN_RESOLVING_FALSE_POSITIVES} non-members (need ≥ {need:,})")
+
+
+def tpr_at_fpr(y_true: ArrayLike, y_score: ArrayLike, max_fpr: float) -> TPRAtFPR:
+    """Best TPR among ROC points with FPR <= max_fpr (no interpolation), with an exact 95 % CI."""
+    if not 0 < max_fpr <= 1:
+        raise ValueError(f"max_fpr must be in (0, 1], got {max_fpr}")
+    y, s = _validate(y_true, y_score)
+    n_members = int(y.sum())
+    n_non_members = len(y) - n_members
+    allowed_fp = _allowed_false_positives(n_non_members, max_fpr)
+    warning = _resolution_warning(n_non_members, max_fpr, allowed_fp)
+    if allowed_fp < 1:
+        return TPRAtFPR(max_fpr, None, None, None, None, None, n_members, n_non_members,
+                        None, None, warning)
+    fpr, tpr, thresholds = roc_curve(y, s, drop_intermediate=False)
+    allowed = np.flatnonzero(fpr <= max_fpr)
+    best = allowed[np.argmax(tpr[allowed])]  # first maximum: lowest FPR for the best TPR
+    true_positives = int(round(tpr[best] * n_members))
+    ci_low, ci_high = clopper_pearson(true_positives, n_members)
+    return TPRAtFPR(max_fpr, float(tpr[best]), float(fpr[best]), float(thresholds[best]),
+                    true_positives, int(round(fpr[best] * n_non_members)),
+                    n_members, n_non_members, ci_low, ci_high, warning)
+
+
+def evaluate_attack(y_true: ArrayLike, y_score: ArrayLike, *,
+                    max_fprs: tuple[float, ...] = DEFAULT_MAX_FPRS,
+                    n_bootstrap: int = 1000, seed: int = 0) -> AttackMetrics:
+    """AUC with bootstrap CI plus TPR at each FPR ceiling in max_fprs."""
+    y, s = _validate(y_true, y_score)
+    return AttackMetrics(
+        auc=auc_with_ci(y, s, n_bootstrap=n_bootstrap, seed=seed),
+        tpr_at_fpr=tuple(tpr_at_fpr(y, s, m) for m in max_fprs),
+    )
+
+
+def perplexity(nll_sums: ArrayLike, token_counts: ArrayLike) -> float:
+    """Corpus perplexity exp(Σ nll / Σ tokens), not a mean of per-text perplexities.
+
+    Parameters
+    ----------
+    nll_sums : per-text summed negative log-likelihood, in nats.
+    token_counts : per-text number of scored tokens.
+    """
+    nll = np.asarray(nll_sums, dtype=float)
+    tokens = np.asarray(token_counts, dtype=float)
+    if nll.shape != tokens.shape:
+        raise ValueError(f"nll_sums and token_counts shapes differ: {nll.shape} vs {tokens.shape}")
+    if not np.all(np.isfinite(nll)):
+        raise ValueError(f"{int((~np.isfinite(nll)).sum())} non-finite values in nll_sums")
+    if np.any(tokens < 0) or tokens.sum() <= 0:
+        raise ValueError("token_counts must be non-negative with a positive total")
+    return float(np.exp(nll.sum() / tokens.sum()))

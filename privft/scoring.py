@@ -1,0 +1,260 @@
+"""One batched, padding-safe forward pass per text: the token statistics every audit attack needs.
+
+Each text is scored after a BOS token, so every one of its tokens gets a prediction and the
+summed NLL is the text's full code length (which makes bits-per-byte comparable across
+tokenizers). Texts longer than the context are scored with sliding windows: each token is
+predicted exactly once, with at least ``max_length - stride`` tokens of context. The head is
+applied in chunks of positions, so a 32 × 512 batch with a 49k vocabulary never materialises
+its full logits tensor.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import math
+import os
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from privft.io import atomic_write_bytes
+
+DEFAULT_MAX_LENGTH = 1024
+HEAD_CHUNK_ELEMENTS = 2**24  # logits elements per head chunk: 64 MB of fp32
+
+
+@dataclass(frozen=True)
+class TokenStats:
+    """Per-text statistics from one forward pass; all arrays are float32 of length n_tokens."""
+
+    token_logprobs: np.ndarray  # log p(x_t | x_<t) of each token of the text
+    mean_logprob: np.ndarray  # μ_t = E_{v~p(·|x_<t)} log p(v): the model's own expected log p
+    std_logprob: np.ndarray  # σ_t: standard deviation of log p(v) under the same distribution
+    n_bytes: int  # UTF-8 length of the text
+
+    @property
+    def n_tokens(self) -> int:
+        """Number of scored tokens (all tokens of the text)."""
+        return int(self.token_logprobs.shape[0])
+
+    @property
+    def nll_sum(self) -> float:
+        """Total negative log-likelihood of the text in nats."""
+        return float(-self.token_logprobs.astype(np.float64).sum())
+
+    @property
+    def mean_nll(self) -> float:
+        """Per-token loss: the mean negative log-likelihood in nats."""
+        return self.nll_sum / self.n_tokens
+
+    @property
+    def bits_per_byte(self) -> float:
+        """Code length of the text in bits per UTF-8 byte; comparable across tokenizers."""
+        return self.nll_sum / math.log(2) / self.n_bytes
+
+
+class ScoringError(ValueError):
+    """A text cannot be scored as given."""
+
+
+def model_fingerprint(model: PreTrainedModel) -> str:
+    """A digest of the model's weights and adapter state, so cached statistics follow the model."""
+    digest = hashlib.sha256(str(getattr(model, "name_or_path", "")).encode())
+    for name, tensor in model.state_dict().items():
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    # peft's disable_adapter() leaves the weights untouched; the enabled flags tell the two apart.
+    for name, module in model.named_modules():
+        if hasattr(module, "disable_adapters") and hasattr(module, "active_adapters"):
+            digest.update(f"{name}:{module.disable_adapters}:{module.active_adapters}".encode())
+    return digest.hexdigest()[:32]
+
+
+class StatsCache:
+    """On-disk cache of TokenStats, one .npz per (model, scoring settings, text)."""
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.directory = Path(directory)
+
+    def _path(self, key: str) -> Path:
+        return self.directory / key[:2] / f"{key}.npz"
+
+    def get(self, key: str) -> TokenStats | None:
+        """The cached statistics under `key`, or None."""
+        path = self._path(key)
+        if not path.exists():
+            return None
+        with np.load(path) as data:
+            return TokenStats(data["lp"], data["mu"], data["sigma"], int(data["n_bytes"]))
+
+    def put(self, key: str, stats: TokenStats) -> None:
+        """Store statistics atomically (a crash never leaves a half-written entry)."""
+        buffer = io.BytesIO()
+        np.savez(buffer, lp=stats.token_logprobs, mu=stats.mean_logprob,
+                 sigma=stats.std_logprob, n_bytes=stats.n_bytes)
+        atomic_write_bytes(self._path(key), buffer.getvalue())
+
+
+@dataclass(frozen=True)
+class _Window:
+    """A slice of one text's token sequence, scoring targets from `first_target` on."""
+
+    text_index: int
+    order: int  # position of this window among its text's windows
+    input_ids: list[int]
+    first_target: int  # window-local index of the first token this window scores
+
+
+def _windows(text_index: int, ids: list[int], max_length: int, stride: int) -> list[_Window]:
+    """Cut a BOS-prefixed sequence into windows that together score every token exactly once."""
+    windows, scored_until, begin = [], 1, 0
+    while scored_until < len(ids):
+        end = min(begin + max_length, len(ids))
+        windows.append(_Window(text_index, len(windows), ids[begin:end], scored_until - begin))
+        scored_until, begin = end, begin + stride
+    return windows
+
+
+def _context_length(model: PreTrainedModel, max_length: int | None) -> int:
+    limit = getattr(model.config, "max_position_embeddings", None) or DEFAULT_MAX_LENGTH
+    if max_length is None:
+        return min(limit, DEFAULT_MAX_LENGTH)
+    if not 2 <= max_length <= limit:
+        raise ScoringError(f"max_length={max_length} must be between 2 and the model's context ({limit}).")
+    return max_length
+
+
+def _start_token(tokenizer: PreTrainedTokenizerBase) -> int:
+    start = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
+    if start is None:
+        raise ScoringError("The tokenizer has neither a BOS nor an EOS token, so the first token of a "
+                           "text cannot be scored; set tokenizer.bos_token before scoring.")
+    return start
+
+
+def _tokenize(texts: Sequence[str], tokenizer: PreTrainedTokenizerBase) -> list[list[int]]:
+    """BOS-prefixed token ids per text, refusing empty texts and warning on single-token ones."""
+    for index, text in enumerate(texts):
+        if not isinstance(text, str) or not text.strip():
+            raise ScoringError(f"Text {index} is empty or whitespace-only ({text!r}); drop it before scoring.")
+    start = _start_token(tokenizer)
+    encoded = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+    single = [i for i, ids in enumerate(encoded) if len(ids) == 1]
+    if single:
+        warnings.warn(f"{len(single)} text(s) are a single token (first: index {single[0]}, "
+                      f"{texts[single[0]]!r}); their scores rest on one prediction.", stacklevel=3)
+    return [[start, *ids] for ids in encoded]
+
+
+def _check_head(model: PreTrainedModel) -> None:
+    for attribute in ("final_logit_softcapping", "logit_scale"):
+        if getattr(model.config, attribute, None):
+            raise ScoringError(f"{type(model).__name__} post-processes its logits ({attribute}); "
+                               "privft's chunked head does not support that yet.")
+
+
+@torch.no_grad()
+def _head_statistics(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """log p(target), μ and σ of log p for each hidden row, in fp32, a chunk of rows at a time."""
+    vocab = head.weight.shape[0]
+    rows = max(1, HEAD_CHUNK_ELEMENTS // vocab)
+    lp, mu, sigma = [], [], []
+    for start in range(0, hidden.shape[0], rows):
+        logp = torch.log_softmax(head(hidden[start:start + rows]).float(), dim=-1)  # (rows, V)
+        p = logp.exp()
+        mean = (p * logp).sum(-1)
+        var = (p * (logp - mean[:, None]).square()).sum(-1)
+        lp.append(logp.gather(1, targets[start:start + rows, None]).squeeze(1))
+        mu.append(mean)
+        sigma.append(var.clamp_min(0).sqrt())
+        del logp, p
+    return torch.cat(lp), torch.cat(mu), torch.cat(sigma)
+
+
+@torch.no_grad()
+def _score_windows(model: PreTrainedModel, windows: list[_Window], pad_id: int
+                   ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Statistics for the scored targets of each window in one right-padded batch."""
+    device = next(model.parameters()).device
+    width = max(len(w.input_ids) for w in windows)
+    ids = torch.full((len(windows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(windows), width), dtype=torch.long)
+    for row, window in enumerate(windows):
+        ids[row, :len(window.input_ids)] = torch.tensor(window.input_ids)
+        mask[row, :len(window.input_ids)] = 1
+    hidden = model.get_decoder()(input_ids=ids.to(device), attention_mask=mask.to(device)).last_hidden_state
+    rows, positions = [], []
+    for row, window in enumerate(windows):
+        targets = torch.arange(window.first_target, len(window.input_ids))
+        rows.append(torch.full_like(targets, row))
+        positions.append(targets)
+    rows_t, positions_t = torch.cat(rows).to(device), torch.cat(positions).to(device)
+    # The hidden state at position t-1 predicts the token at t.
+    lp, mu, sigma = _head_statistics(model.get_output_embeddings(), hidden[rows_t, positions_t - 1],
+                                     ids.to(device)[rows_t, positions_t])
+    splits = np.cumsum([len(w.input_ids) - w.first_target for w in windows])[:-1]
+    per_stat = [np.split(t.cpu().numpy().astype(np.float32), splits) for t in (lp, mu, sigma)]
+    return list(zip(*per_stat))
+
+
+def score_texts(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    texts: Sequence[str],
+    *,
+    batch_size: int = 8,
+    max_length: int | None = None,
+    stride: int | None = None,
+    cache: StatsCache | None = None,
+    model_id: str | None = None,
+    desc: str = "scoring",
+) -> list[TokenStats]:
+    """Token statistics for each text, in input order; cached per text when `cache` is given.
+
+    `max_length` is the window size (default: the model's context, at most 1024); `stride` is
+    how many new tokens each further window scores (default half the window). `model_id`
+    overrides the weight fingerprint used as cache key.
+    """
+    _check_head(model)
+    max_length = _context_length(model, max_length)
+    stride = stride or max_length // 2
+    if not 1 <= stride < max_length:
+        raise ScoringError(f"stride={stride} must be at least 1 and below max_length={max_length}.")
+    sequences = _tokenize(texts, tokenizer)
+    keys: list[str | None] = [None] * len(texts)
+    results: list[TokenStats | None] = [None] * len(texts)
+    if cache is not None:
+        identity = model_id or model_fingerprint(model)
+        for i, text in enumerate(texts):
+            keys[i] = hashlib.sha256(f"{identity}|{max_length}|{stride}|{text}".encode()).hexdigest()
+            results[i] = cache.get(keys[i])
+    todo = [i for i, r in enumerate(results) if r is None]
+    windows = [w for i in todo for w in _windows(i, sequences[i], max_length, stride)]
+    windows.sort(key=lambda w: len(w.input_ids), reverse=True)  # similar lengths share a batch
+    pieces: dict[int, dict[int, tuple[np.ndarray, ...]]] = {i: {} for i in todo}
+    was_training = model.training
+    model.eval()
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else _start_token(tokenizer)
+    try:
+        for start in tqdm(range(0, len(windows), batch_size), desc=desc, disable=not windows, leave=False):
+            batch = windows[start:start + batch_size]
+            for window, stats in zip(batch, _score_windows(model, batch, pad_id)):
+                pieces[window.text_index][window.order] = stats
+    finally:
+        model.train(was_training)
+    for i in todo:
+        # Windows of one text were scored in arbitrary order; reassemble them left to right.
+        ordered = [pieces[i][order] for order in sorted(pieces[i])]
+        lp, mu, sigma = (np.concatenate(stat) for stat in zip(*ordered))
+        results[i] = TokenStats(lp, mu, sigma, len(texts[i].encode("utf-8")))
+        if cache is not None:
+            cache.put(keys[i], results[i])
+    return results  # type: ignore[return-value]

@@ -1,0 +1,32 @@
+"""Shared fixtures: a locally trained tokenizer and tiny Llama models; nothing touches the network."""
+
+from __future__ import annotations
+
+import os
+
+import pydoc_data.topics
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+
+from privft.models import build_tiny_llama, train_bpe_tokenizer  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def local_texts() -> list[str]:
+    """Paragraphs of the Python documentation that ship with Python itself."""
+    paragraphs = (p.strip() for topic in pydoc_data.topics.topics.values() for p in topic.split("\n\n"))
+    return [p for p in paragraphs if len(p.split()) >= 8]
+
+
+@pytest.fixture(scope="session")
+def tokenizer(local_texts):
+    """A 1,024-token byte-level BPE tokenizer trained on local text."""
+    return train_bpe_tokenizer(local_texts, vocab_size=1024)
+
+
+@pytest.fixture()
+def tiny_model(tokenizer):
+    """A fresh, randomly initialised two-layer Llama."""
+    return build_tiny_llama(tokenizer)

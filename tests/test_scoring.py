@@ -1,0 +1,126 @@
+"""The one-pass scorer: padding safety, sliding windows, exact statistics, caching."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from peft import LoraConfig, get_peft_model
+
+from privft import scoring
+from privft.attacks import min_k_plus_plus_score
+from privft.scoring import ScoringError, StatsCache, model_fingerprint, score_texts
+
+
+def _mixed_lengths(local_texts: list[str]) -> list[str]:
+    return [text[:n] for text, n in zip(local_texts[:16], [40, 300, 900, 25, 150, 600, 80, 1200] * 2)]
+
+
+def test_batch_size_and_padding_do_not_change_statistics(tiny_model, tokenizer, local_texts):
+    texts = _mixed_lengths(local_texts)
+    one = score_texts(tiny_model, tokenizer, texts, batch_size=1)
+    eight = score_texts(tiny_model, tokenizer, texts, batch_size=8)
+    for a, b in zip(one, eight):
+        for field in ("token_logprobs", "mean_logprob", "std_logprob"):
+            np.testing.assert_allclose(getattr(a, field), getattr(b, field), atol=1e-5)
+
+
+def test_every_token_is_scored_once_and_in_order(tokenizer):
+    ids = list(range(1, 301))  # BOS then 299 text tokens
+    for max_length, stride in [(64, 32), (64, 63), (50, 7), (400, 200)]:
+        windows = scoring._windows(0, ids, max_length, stride)
+        scored = [w.input_ids[t] for w in windows for t in range(w.first_target, len(w.input_ids))]
+        assert scored == ids[1:]
+        assert all(len(w.input_ids) <= max_length for w in windows)
+        assert all(w.first_target >= 1 for w in windows)  # every scored token has context
+
+
+def test_sliding_windows_score_long_texts_without_truncation(tiny_model, tokenizer, local_texts):
+    long_text = " ".join(local_texts[:40])
+    n_tokens = len(tokenizer(long_text, add_special_tokens=False)["input_ids"])
+    (windowed,) = score_texts(tiny_model, tokenizer, [long_text], max_length=64, stride=32)
+    assert n_tokens > 64 and windowed.n_tokens == n_tokens
+    # The first window sees the same context as a full pass, so its tokens agree exactly.
+    (full,) = score_texts(tiny_model, tokenizer, [long_text], max_length=256, stride=128)
+    np.testing.assert_allclose(windowed.token_logprobs[:63], full.token_logprobs[:63], atol=1e-5)
+
+
+def test_min_k_plus_plus_matches_direct_full_vocabulary_computation(tiny_model, tokenizer, local_texts):
+    text = local_texts[3]
+    (stats,) = score_texts(tiny_model, tokenizer, [text])
+    ids = torch.tensor([[tokenizer.bos_token_id, *tokenizer(text, add_special_tokens=False)["input_ids"]]])
+    with torch.no_grad():
+        logp = torch.log_softmax(tiny_model(ids).logits[0, :-1].double(), dim=-1)
+    token_lp = logp.gather(1, ids[0, 1:, None]).squeeze(1)
+    p = logp.exp()
+    mu = (p * logp).sum(-1)
+    sigma = ((p * logp**2).sum(-1) - mu**2).sqrt()
+    z = ((token_lp - mu) / sigma).numpy()
+    k = max(1, int(0.2 * len(z)))
+    np.testing.assert_allclose(stats.token_logprobs, token_lp.numpy(), atol=1e-5)
+    np.testing.assert_allclose(stats.mean_logprob, mu.numpy(), atol=1e-5)
+    np.testing.assert_allclose(stats.std_logprob, sigma.numpy(), atol=1e-5)
+    assert min_k_plus_plus_score(stats, 0.2) == pytest.approx(np.sort(z)[:k].mean(), abs=1e-4)
+
+
+def test_head_chunking_does_not_change_results(tiny_model, tokenizer, local_texts, monkeypatch):
+    texts = _mixed_lengths(local_texts)[:4]
+    whole = score_texts(tiny_model, tokenizer, texts)
+    monkeypatch.setattr(scoring, "HEAD_CHUNK_ELEMENTS", 1024 * 7)  # seven rows per chunk
+    chunked = score_texts(tiny_model, tokenizer, texts)
+    for a, b in zip(whole, chunked):
+        np.testing.assert_allclose(a.std_logprob, b.std_logprob, atol=1e-6)
+
+
+def test_statistics_are_fp32_for_a_bf16_model(tiny_model, tokenizer, local_texts):
+    (stats,) = score_texts(tiny_model.to(torch.bfloat16), tokenizer, local_texts[:1])
+    assert stats.token_logprobs.dtype == np.float32 and stats.std_logprob.dtype == np.float32
+
+
+def test_bytes_and_bits_per_byte(tiny_model, tokenizer):
+    (stats,) = score_texts(tiny_model, tokenizer, ["naïve café"])
+    assert stats.n_bytes == len("naïve café".encode()) == 12
+    assert stats.bits_per_byte == pytest.approx(stats.nll_sum / np.log(2) / 12)
+
+
+def test_empty_or_whitespace_text_is_refused(tiny_model, tokenizer):
+    with pytest.raises(ScoringError, match="Text 1 is empty or whitespace-only"):
+        score_texts(tiny_model, tokenizer, ["fine text", "  \n "])
+
+
+def test_single_token_text_warns(tiny_model, tokenizer):
+    with pytest.warns(UserWarning, match="single token"):
+        (stats,) = score_texts(tiny_model, tokenizer, ["a"])
+    assert stats.n_tokens == 1
+
+
+def test_bad_window_settings_are_refused(tiny_model, tokenizer):
+    with pytest.raises(ScoringError, match="max_length=100000"):
+        score_texts(tiny_model, tokenizer, ["text"], max_length=100_000)
+    with pytest.raises(ScoringError, match="stride=64"):
+        score_texts(tiny_model, tokenizer, ["text"], max_length=64, stride=64)
+
+
+def test_cache_returns_identical_statistics_without_a_forward_pass(tiny_model, tokenizer, local_texts, tmp_path,
+                                                                   monkeypatch):
+    cache = StatsCache(tmp_path)
+    texts = local_texts[:5]
+    first = score_texts(tiny_model, tokenizer, texts, cache=cache)
+
+    def no_forward(*args, **kwargs):
+        raise AssertionError("cached texts must not be scored again")
+
+    monkeypatch.setattr(scoring, "_score_windows", no_forward)
+    again = score_texts(tiny_model, tokenizer, texts, cache=cache)
+    for a, b in zip(first, again):
+        np.testing.assert_array_equal(a.token_logprobs, b.token_logprobs)
+        assert a.n_bytes == b.n_bytes
+
+
+def test_fingerprint_follows_weights_and_adapter_state(tiny_model):
+    before = model_fingerprint(tiny_model)
+    peft_model = get_peft_model(tiny_model, LoraConfig(r=2, target_modules=["q_proj"], init_lora_weights=False))
+    with_adapters = model_fingerprint(peft_model)
+    with peft_model.disable_adapter():
+        disabled = model_fingerprint(peft_model)
+    assert len({before, with_adapters, disabled}) == 3
