@@ -1,0 +1,122 @@
+"""Does the one-pass audit cost about one forward pass per (text, model)?
+
+Measures, in one run and on the same texts and batches:
+  (a) bare batched forward passes (logits only) of target and reference;
+  (b) the token-level attack suite: privft's scorer on target and reference, then every attack
+      that reads those statistics (loss, loss_bpb, zlib, min_k, min_k_pp, ref_ratio, ref_ratio_bpb);
+  (c) a naive audit that runs its own forward passes for each of those attacks (two for the
+      reference ratios), as per-attack scripts do.
+Targets: (b)/(a) <= 1.15 and (c)/(b) >= 3. The lowercase attack scores other text (the
+lowercased copy), so it adds its own pass in both designs and is left out of both.
+
+    python benchmarks/scoring.py --quick            # tiny Llama only, under a minute
+    python benchmarks/scoring.py                     # tiny Llama and SmolLM2-135M
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+
+import torch
+
+from privft.attacks import AttackInputs, get_attack
+from privft.data import load_corpus
+from privft.models import build_tiny_llama, load_model, train_bpe_tokenizer
+from privft.scoring import score_texts
+
+SUITE = ("loss", "loss_bpb", "zlib", "min_k", "min_k_pp", "ref_ratio", "ref_ratio_bpb")
+PASSES_PER_ATTACK = {name: 2 if name.startswith("ref_ratio") else 1 for name in SUITE}
+BATCH_SIZE = 8
+
+
+def _batches(tokenizer, texts: list[str]) -> list[dict[str, torch.Tensor]]:
+    """Length-sorted, right-padded BOS-prefixed batches, as the scorer builds them."""
+    ids = [[tokenizer.bos_token_id, *x] for x in tokenizer(texts, add_special_tokens=False)["input_ids"]]
+    ids.sort(key=len, reverse=True)
+    batches = []
+    for start in range(0, len(ids), BATCH_SIZE):
+        chunk = ids[start:start + BATCH_SIZE]
+        width = max(map(len, chunk))
+        input_ids = torch.full((len(chunk), width), tokenizer.pad_token_id)
+        mask = torch.zeros_like(input_ids)
+        for row, seq in enumerate(chunk):
+            input_ids[row, :len(seq)], mask[row, :len(seq)] = torch.tensor(seq), 1
+        batches.append({"input_ids": input_ids, "attention_mask": mask})
+    return batches
+
+
+@torch.no_grad()
+def bare_forward(model, batches) -> None:
+    """(a): logits of every batch, nothing else."""
+    for batch in batches:
+        model(**batch).logits
+
+
+@torch.no_grad()
+def naive_pass(model, batches) -> None:
+    """One forward pass as a per-attack script runs it: full-vocabulary log-softmax and gather."""
+    for batch in batches:
+        logp = torch.log_softmax(model(**batch).logits[:, :-1].float(), dim=-1)
+        logp.gather(2, batch["input_ids"][:, 1:, None])
+        p = logp.exp()
+        (p * logp).sum(-1)
+
+
+def suite(target, reference, tokenizer, texts) -> None:
+    """(b): privft's scorer once per model, then every attack on the cached statistics."""
+    inputs = AttackInputs(texts, score_texts(target, tokenizer, texts, batch_size=BATCH_SIZE, desc="target"),
+                          score_texts(reference, tokenizer, texts, batch_size=BATCH_SIZE, desc="reference"))
+    for name in SUITE:
+        get_attack(name)(inputs)
+
+
+def _seconds(work: Callable[[], None], repeats: int) -> float:
+    """Best of `repeats` wall-clock timings (the least disturbed by other load)."""
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        work()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def measure(name: str, target, reference, tokenizer, texts: list[str], repeats: int) -> tuple[float, float]:
+    """Print the three timings for one model pair and return ((b)/(a), (c)/(b))."""
+    batches = _batches(tokenizer, texts)
+    suite(target, reference, tokenizer, texts[:BATCH_SIZE])  # warm-up
+    bare = _seconds(lambda: (bare_forward(target, batches), bare_forward(reference, batches)), repeats)
+    ours = _seconds(lambda: suite(target, reference, tokenizer, texts), repeats)
+    naive = _seconds(lambda: [naive_pass(target if i == 0 else reference, batches)
+                              for n in SUITE for i in range(PASSES_PER_ATTACK[n])], 1)
+    tokens = sum(int(b["attention_mask"].sum()) for b in batches)
+    print(f"{name}: {len(texts)} texts, {tokens} tokens | (a) bare {bare:.2f} s | (b) suite {ours:.2f} s | "
+          f"(c) naive {naive:.2f} s | (b)/(a) {ours / bare:.3f} | (c)/(b) {naive / ours:.2f}")
+    return ours / bare, naive / ours
+
+
+def main() -> None:
+    """Run the benchmark and print the ratios; the last line is the headline."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="tiny model and few texts (under a minute)")
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    texts = load_corpus("wiki", limit=2000)
+    tokenizer = train_bpe_tokenizer(texts, vocab_size=4096)
+    n_tiny = 96 if args.quick else 512
+    results = [measure("tiny llama", build_tiny_llama(tokenizer, hidden_size=128, num_layers=3, seed=0),
+                       build_tiny_llama(tokenizer, hidden_size=128, num_layers=3, seed=1),
+                       tokenizer, texts[:n_tiny], repeats=3)]
+    if not args.quick:
+        target, smol_tokenizer = load_model("smollm2-135m")
+        reference, _ = load_model("smollm2-135m")
+        results.append(measure("smollm2-135m", target, reference, smol_tokenizer, texts[:48], repeats=2))
+    overhead = max(r[0] for r in results)
+    speedup = min(r[1] for r in results)
+    print(f"naive_over_suite {speedup:.2f} (target >= 3)")
+    print(f"suite_over_bare_forward {overhead:.3f} (target <= 1.15)")
+
+
+if __name__ == "__main__":
+    main()
