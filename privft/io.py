@@ -8,12 +8,20 @@ from pathlib import Path
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
-    """Write `data` to `path` through a temporary file in the same folder, then rename it."""
+    """Write `data` to a synced temp file beside `path`, then rename it over `path`."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.name}.", delete=False) as tmp:
-        tmp.write(data)
-    os.replace(tmp.name, path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
     return path
 
 

@@ -13,12 +13,14 @@ from sklearn.pipeline import make_pipeline
 SHIFT_AUC = 0.6  # a blind AUC at or above this, with a CI excluding 0.5, means the split leaks
 
 
-def blind_baseline_scores(texts: Sequence[str], y_true: np.ndarray, *, n_folds: int = 5, seed: int = 0
-                          ) -> np.ndarray:
+def blind_baseline_scores(texts: Sequence[str], y_true: np.ndarray, *, n_folds: int = 5, n_repeats: int = 5,
+                          seed: int = 0) -> np.ndarray:
     """Out-of-fold member probabilities from TF-IDF (1–2-grams) + logistic regression (Das et al. 2024).
 
     The classifier never sees the model. If it separates members from non-members, the split
-    differs in distribution and every attack number partly measures that difference.
+    differs in distribution and every attack number partly measures that difference. Scores are
+    averaged over `n_repeats` differently seeded fold assignments, so one lucky partition of a
+    small split does not raise a false alarm.
     """
     y_true = np.asarray(y_true)
     n_folds = min(n_folds, int(np.bincount(y_true, minlength=2).min()))
@@ -28,5 +30,9 @@ def blind_baseline_scores(texts: Sequence[str], y_true: np.ndarray, *, n_folds: 
         TfidfVectorizer(min_df=2, ngram_range=(1, 2), sublinear_tf=True),
         LogisticRegression(max_iter=2000),
     )
-    folds = StratifiedKFold(n_splits=n_folds, shuffle=True, random_state=seed)
-    return cross_val_predict(classifier, list(texts), y_true, cv=folds, method="predict_proba")[:, 1]
+    repeats = [
+        cross_val_predict(classifier, list(texts), y_true, method="predict_proba",
+                          cv=StratifiedKFold(n_splits=n_folds, shuffle=True, random_state=seed + repeat))[:, 1]
+        for repeat in range(n_repeats)
+    ]
+    return np.mean(repeats, axis=0)

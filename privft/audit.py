@@ -1,0 +1,157 @@
+"""Run one membership-inference audit: score once per (text, model), then every attack and metric."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from privft.attacks import ATTACKS, DEFAULT_ATTACKS, SHIFT_AUC, AttackInputs, blind_baseline_scores, get_attack
+from privft.data import MembershipSplit
+from privft.metrics import DEFAULT_MAX_FPRS, AttackMetrics, PERPLEXITY_CONVENTION, evaluate_attack, perplexity
+from privft.report import AuditReport, PerplexityResult
+from privft.scoring import StatsCache, TokenStats, score_texts
+
+
+@dataclass
+class AuditConfig:
+    """Settings of an audit; `attacks=None` runs every registered attack the inputs allow."""
+
+    attacks: tuple[str, ...] | None = None
+    max_fprs: tuple[float, ...] = DEFAULT_MAX_FPRS
+    n_bootstrap: int = 1000
+    seed: int = 0
+    batch_size: int = 8
+    max_length: int | None = None
+    stride: int | None = None
+    min_k_fraction: float = 0.2
+    cache_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in self.attacks or ():
+            get_attack(name)  # an unknown name fails here, before any forward pass
+        if not 0 < self.min_k_fraction <= 1:
+            raise ValueError(f"min_k_fraction={self.min_k_fraction} must be in (0, 1].")
+
+
+def same_tokenizer(a: PreTrainedTokenizerBase, b: PreTrainedTokenizerBase) -> bool:
+    """Whether two tokenizers map text to the same ids (same vocabulary)."""
+    return a is b or a.get_vocab() == b.get_vocab()
+
+
+def is_peft_model(model: PreTrainedModel) -> bool:
+    """Whether `model` carries peft adapters that can be switched off."""
+    return hasattr(model, "disable_adapter") and hasattr(model, "peft_config")
+
+
+@contextlib.contextmanager
+def _as_reference(model: PreTrainedModel) -> Iterator[PreTrainedModel]:
+    """The peft model with its adapters disabled: the base model, without a second copy in memory."""
+    with model.disable_adapter():
+        yield model
+
+
+def _select_attacks(config: AuditConfig, available: set[str], same_tok: bool) -> tuple[list[str], list[str]]:
+    """The attacks to run and notes on those skipped; explicitly requested ones must be runnable."""
+    names = list(config.attacks or DEFAULT_ATTACKS)
+    chosen, notes = [], []
+    for name in names:
+        attack = ATTACKS[name]
+        missing = attack.needs - available
+        reason = f"needs {', '.join(sorted(missing))} statistics" if missing else None
+        if name == "ref_ratio" and "reference" in available and not same_tok:
+            reason = "target and reference tokenizers differ, so per-token losses are not comparable"
+        if reason and config.attacks is not None:
+            raise ValueError(f"Attack {name!r} cannot run: {reason}. "
+                             "Pass a reference model (for a peft model the adapters are disabled) or drop it"
+                             "; across tokenizers use 'ref_ratio_bpb'.")
+        if reason:
+            notes.append(f"{name} skipped: {reason}.")
+        else:
+            chosen.append(name)
+    return chosen, notes
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def run_audit(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    split: MembershipSplit,
+    *,
+    reference: PreTrainedModel | None = None,
+    reference_tokenizer: PreTrainedTokenizerBase | None = None,
+    config: AuditConfig | None = None,
+    model_name: str | None = None,
+) -> AuditReport:
+    """Audit `model` on the split's members vs non-members and return the report.
+
+    Each text costs one forward pass under the target, one under the reference and one of its
+    lowercased form; every attack is then a cheap function of those statistics. Without an
+    explicit reference, a peft model is compared with itself with adapters disabled.
+    """
+    config = config or AuditConfig()
+    texts, y_true = split.labels_and_texts()
+    cache = StatsCache(config.cache_dir) if config.cache_dir else None
+
+    def score(m: PreTrainedModel, tok: PreTrainedTokenizerBase, items: Sequence[str], desc: str
+              ) -> list[TokenStats]:
+        return score_texts(m, tok, items, batch_size=config.batch_size, max_length=config.max_length,
+                           stride=config.stride, cache=cache, desc=desc)
+
+    reference_tokenizer = reference_tokenizer or tokenizer
+    same_tok = same_tokenizer(tokenizer, reference_tokenizer)
+    if reference is not None:
+        reference_name = getattr(reference, "name_or_path", "reference model")
+        reference_context = contextlib.nullcontext(reference)
+    elif is_peft_model(model):
+        reference_name, reference_context = "base model (adapters disabled)", _as_reference(model)
+    else:
+        reference_name, reference_context = None, None
+
+    blind = blind_baseline_scores(texts, y_true, seed=config.seed)
+    target_stats = score(model, tokenizer, texts, "target")
+    reference_stats = None
+    if reference_context is not None:
+        with reference_context as ref_model:
+            reference_stats = score(ref_model, reference_tokenizer, texts, "reference")
+    lowercase_stats = score(model, tokenizer, [t.lower() for t in texts], "lowercase")
+    if split.validation:
+        held_out_stats = score(model, tokenizer, split.validation, "perplexity")
+    else:
+        held_out_stats = target_stats[len(split.members):]
+
+    inputs = AttackInputs(texts, target_stats, reference_stats, lowercase_stats, same_tok, config.min_k_fraction)
+    available = {"lowercase"} | ({"reference"} if reference_stats is not None else set())
+    names, notes = _select_attacks(config, available, same_tok)
+    scores = {name: get_attack(name)(inputs) for name in names}
+
+    def metrics(values: np.ndarray) -> AttackMetrics:
+        return evaluate_attack(y_true, values, max_fprs=config.max_fprs,
+                               n_bootstrap=config.n_bootstrap, seed=config.seed)
+
+    return AuditReport(
+        model=model_name or str(getattr(model, "name_or_path", type(model).__name__)),
+        reference=reference_name,
+        config=asdict(config),
+        split={"source": split.source, "seed": split.seed, "n_members": len(split.members),
+               "n_non_members": len(split.non_members), "n_validation": len(split.validation)},
+        blind_baseline=metrics(blind),
+        attacks={name: metrics(values) for name, values in scores.items()},
+        perplexity=PerplexityResult(
+            value=perplexity([s.nll_sum for s in held_out_stats], [s.n_tokens for s in held_out_stats]),
+            on="validation" if split.validation else "non-members",
+            n_texts=len(held_out_stats), n_tokens=sum(s.n_tokens for s in held_out_stats),
+            convention=PERPLEXITY_CONVENTION,
+        ),
+        scores={"blind_baseline": blind, **scores},
+        labels=y_true,
+        text_sha256=[_sha256(t) for t in texts],
+        notes=notes,
+    )

@@ -1,0 +1,93 @@
+"""The `privft` command: `audit` a model on a split, or run the `demo`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from privft.attacks import ATTACKS
+from privft.metrics import DEFAULT_MAX_FPRS
+
+
+def _audit(args: argparse.Namespace) -> None:
+    from privft.audit import AuditConfig, run_audit
+    from privft.data import MembershipSplit, load_texts
+    from privft.models import load_model
+
+    if args.split:
+        split = MembershipSplit.load(args.split)
+    elif args.members and args.non_members:
+        split = MembershipSplit.from_texts(load_texts(args.members, args.text_column),
+                                           load_texts(args.non_members, args.text_column),
+                                           source=f"{args.members} vs {args.non_members}")
+    else:
+        raise SystemExit("privft audit: give --split MANIFEST, or both --members and --non-members.")
+    config = AuditConfig(
+        attacks=tuple(args.attacks.split(",")) if args.attacks else None,
+        max_fprs=tuple(args.max_fpr or DEFAULT_MAX_FPRS),
+        n_bootstrap=args.bootstrap, seed=args.seed, batch_size=args.batch_size,
+        max_length=args.max_length, cache_dir=args.cache_dir,
+    )
+    model, tokenizer = load_model(args.model)
+    reference = reference_tokenizer = None
+    if args.reference:
+        reference, reference_tokenizer = load_model(args.reference)
+    report = run_audit(model, tokenizer, split, reference=reference, reference_tokenizer=reference_tokenizer,
+                       config=config, model_name=args.model)
+    paths = report.save(args.out)
+    print(report.to_markdown())
+    print(f"Report: {paths['json']}, {paths['markdown']}, {paths['roc']}")
+
+
+def _demo(args: argparse.Namespace) -> None:
+    from privft.demo import DemoSettings, run_demo
+
+    run_demo(DemoSettings(n_members=args.members, n_non_members=args.non_members, epochs=args.epochs,
+                          seed=args.seed, output_dir=args.out))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the `privft` command."""
+    parser = argparse.ArgumentParser(prog="privft", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    audit = commands.add_parser("audit", help="membership-inference audit of a model on members vs non-members")
+    audit.add_argument("--model", required=True, help="hub id, local path or 'smollm2-135m'")
+    audit.add_argument("--reference", help="reference model (default: adapters disabled for a peft model)")
+    audit.add_argument("--split", help="split manifest written by privft (split.json)")
+    audit.add_argument("--members", help="members file (JSONL, JSON, CSV or Parquet)")
+    audit.add_argument("--non-members", help="non-members file (JSONL, JSON, CSV or Parquet)")
+    audit.add_argument("--text-column", default="text")
+    audit.add_argument("--attacks", help=f"comma-separated subset of: {', '.join(sorted(ATTACKS))}")
+    audit.add_argument("--max-fpr", type=float, action="append", help="FPR ceiling (repeatable; default 1e-2, 1e-3, 1e-4)")
+    audit.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for AUC CIs")
+    audit.add_argument("--batch-size", type=int, default=8)
+    audit.add_argument("--max-length", type=int, help="scoring window in tokens (longer texts slide)")
+    audit.add_argument("--cache-dir", help="cache token statistics here")
+    audit.add_argument("--seed", type=int, default=0)
+    audit.add_argument("--out", default="runs/audit", help="output folder for report.json, report.md, roc.png")
+    audit.set_defaults(run=_audit)
+
+    demo = commands.add_parser("demo", help="LoRA fine-tune the embedded default on wiki, then audit it")
+    demo.add_argument("--members", type=int, default=200)
+    demo.add_argument("--non-members", type=int, default=200)
+    demo.add_argument("--epochs", type=int, default=3)
+    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--out", default="runs/demo")
+    demo.set_defaults(run=_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of the `privft` console script."""
+    args = build_parser().parse_args(argv)
+    try:
+        args.run(args)
+    except (ValueError, OSError, ImportError) as error:
+        # Bad input: say what is wrong and what to do, without a traceback.
+        raise SystemExit(f"privft {args.command}: error: {error}") from error
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,188 @@
+"""Load a list of texts from files, `datasets.Dataset` objects or Python lists."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from privft.data.errors import DataError
+
+PREVIEW_CHARS = 60
+
+
+def load_texts(source: Any, text_column: str = "text") -> list[str]:
+    """Return the texts of a .jsonl/.json/.csv/.parquet file, a `datasets.Dataset` or a str list."""
+    if isinstance(source, (str, os.PathLike)):
+        return _load_file(Path(source), text_column)
+    if _is_dataset(source):
+        return _load_dataset(source, text_column)
+    if isinstance(source, (list, tuple)):
+        return check_texts(source, "the given list")
+    raise DataError(
+        f"cannot load texts from a {type(source).__name__}; pass a path to a "
+        f"{_extensions()} file, a datasets.Dataset (pick a split of a DatasetDict, "
+        "e.g. ds['train']) or a list of strings"
+    )
+
+
+def check_texts(values: Sequence[Any], source: str, text_column: str | None = None) -> list[str]:
+    """Return `values` as a list of strings, raising `DataError` on a non-string or empty entry."""
+    column = f", column {text_column!r}" if text_column else ""
+    return [_check_text(value, f"{source}, row {row}{column}") for row, value in enumerate(values)]
+
+
+def _check_text(value: Any, where: str) -> str:
+    """Return `value` if it is a non-blank string, else raise `DataError` naming `where`."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raise DataError(
+            f"{where}: the text is empty or whitespace-only; drop the row or fill in its text"
+        )
+    if not isinstance(value, str):
+        raise DataError(
+            f"{where}: expected a string, got {type(value).__name__} {_preview(value)}; "
+            "convert the value to text or drop the row"
+        )
+    return value
+
+
+def _load_file(path: Path, text_column: str) -> list[str]:
+    """Dispatch on the file extension of `path`."""
+    reader = _READERS.get(path.suffix.lower())
+    if reader is None:
+        raise DataError(
+            f"{path}: unknown file extension {path.suffix!r}; "
+            f"use one of {_extensions()} or pass a list of strings"
+        )
+    if not path.is_file():
+        raise DataError(f"{path}: no such file; check the path")
+    return reader(path, text_column)
+
+
+def _read_jsonl(path: Path, text_column: str) -> list[str]:
+    """Read one JSON object (or string) per non-blank line."""
+    texts: list[str] = []
+    for line_no, line in enumerate(_decode(path).splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise DataError(
+                f"{path}, line {line_no}: not valid JSON ({err.msg}); "
+                "write one JSON object per line"
+            ) from err
+        texts.append(_text_of(row, text_column, f"{path}, row {len(texts)} (line {line_no})"))
+    return texts
+
+
+def _read_json(path: Path, text_column: str) -> list[str]:
+    """Read a JSON list of objects or strings."""
+    try:
+        rows = json.loads(_decode(path))
+    except json.JSONDecodeError as err:
+        raise DataError(
+            f"{path}: not valid JSON at line {err.lineno}, column {err.colno} ({err.msg}); "
+            "fix the file"
+        ) from err
+    if not isinstance(rows, list):
+        raise DataError(
+            f"{path}: expected a JSON list of objects or strings, got a {type(rows).__name__}; "
+            "wrap the records in a list or save them as JSONL"
+        )
+    return [_text_of(row, text_column, f"{path}, row {i}") for i, row in enumerate(rows)]
+
+
+def _read_csv(path: Path, text_column: str) -> list[str]:
+    """Read a CSV file with a header row."""
+    reader = csv.DictReader(io.StringIO(_decode(path), newline=""))
+    columns = reader.fieldnames or []
+    if text_column not in columns:
+        raise _missing_column(str(path), text_column, columns)
+    return check_texts([row[text_column] for row in reader], str(path), text_column)
+
+
+def _read_parquet(path: Path, text_column: str) -> list[str]:
+    """Read one column of a Parquet file."""
+    import pyarrow.parquet as pq
+
+    columns = pq.read_schema(path).names
+    if text_column not in columns:
+        raise _missing_column(str(path), text_column, columns)
+    values = pq.read_table(path, columns=[text_column]).column(text_column).to_pylist()
+    return check_texts(values, str(path), text_column)
+
+
+def _load_dataset(dataset: Any, text_column: str) -> list[str]:
+    """Read one column of a `datasets.Dataset`."""
+    source = f"datasets.Dataset with {dataset.num_rows} rows"
+    if text_column not in dataset.column_names:
+        raise _missing_column(source, text_column, dataset.column_names)
+    return check_texts(list(dataset[text_column]), source, text_column)
+
+
+def _text_of(row: Any, text_column: str, where: str) -> str:
+    """Return the text of one JSON row: the row itself if a string, else its `text_column`."""
+    if isinstance(row, str):
+        return _check_text(row, where)
+    if not isinstance(row, dict):
+        raise DataError(
+            f"{where}: expected an object or a string, got {type(row).__name__} {_preview(row)}; "
+            "make every record an object with a text field"
+        )
+    if text_column not in row:
+        raise _missing_column(where, text_column, list(row))
+    return _check_text(row[text_column], f"{where}, column {text_column!r}")
+
+
+def _decode(path: Path) -> str:
+    """Return the file's contents decoded as UTF-8 (a leading BOM is dropped)."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        raise DataError(
+            f"{path}: byte 0x{data[err.start]:02x} at offset {err.start} (line {line}) is not "
+            "valid UTF-8; re-encode the file as UTF-8, e.g. "
+            f"`iconv -f latin1 -t utf-8 {path.name} > fixed{path.suffix}`"
+        ) from err
+
+
+def _missing_column(source: str, text_column: str, columns: Sequence[str]) -> DataError:
+    """Build the error for a text column that does not exist."""
+    return DataError(
+        f"{source}: no column {text_column!r}; the columns are {list(columns)}. "
+        "Pass text_column= with one of them"
+    )
+
+
+def _is_dataset(source: Any) -> bool:
+    """Tell whether `source` is a `datasets.Dataset` (without importing `datasets`)."""
+    datasets = sys.modules.get("datasets")
+    return datasets is not None and isinstance(source, datasets.Dataset)
+
+
+def _preview(value: Any) -> str:
+    """Return a short repr of `value` for an error message."""
+    text = repr(value)
+    return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 3] + "..."
+
+
+def _extensions() -> str:
+    """List the supported file extensions."""
+    return ", ".join(sorted(_READERS))
+
+
+_READERS: dict[str, Callable[[Path, str], list[str]]] = {
+    ".jsonl": _read_jsonl,
+    ".ndjson": _read_jsonl,
+    ".json": _read_json,
+    ".csv": _read_csv,
+    ".parquet": _read_parquet,
+}

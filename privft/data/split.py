@@ -1,0 +1,323 @@
+"""A seeded membership split (members, non-members, validation) with a checksummed JSON manifest."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from privft.data.errors import DataError
+from privft.io import atomic_write_text
+from privft.data.loaders import check_texts
+from privft.data.overlap import (
+    NEAR_DUPLICATE_THRESHOLD,
+    NGRAM_WORDS,
+    index_members,
+    near_duplicates,
+)
+
+MANIFEST_FORMAT = "privft.membership-split"
+MANIFEST_VERSION = 1
+SIDES = ("members", "non_members", "validation")
+ID_PREFIXES = {"members": "member", "non_members": "non-member", "validation": "validation"}
+SHOWN_PAIRS = 5
+PREVIEW_CHARS = 80
+
+
+class NearDuplicateWarning(UserWarning):
+    """Non-member or validation texts share most of their word 13-grams with the members."""
+
+
+class NearDuplicate(NamedTuple):
+    """A `side` text whose `overlap` share of n-grams is in the members, most in `member_index`."""
+
+    side: str
+    index: int
+    member_index: int
+    overlap: float
+
+
+@dataclass(repr=False)
+class MembershipSplit:
+    """Members (trained on), non-members (held out) and validation texts for a membership audit.
+
+    Every construction path is validated: the texts must be non-blank strings, members and
+    non-members non-empty, and no text may sit on two sides. Non-member or validation texts whose
+    word 13-grams are at least `near_duplicate_threshold` (default 0.8, the MIMIR filter) found in
+    the members are listed in `near_duplicates` and reported with a `NearDuplicateWarning`.
+    """
+
+    members: list[str]
+    non_members: list[str]
+    validation: list[str] = field(default_factory=list)
+    seed: int | None = None
+    source: str = "custom"
+    near_duplicate_threshold: float = NEAR_DUPLICATE_THRESHOLD
+    near_duplicates: list[NearDuplicate] = field(init=False, default_factory=list)
+
+    def __post_init__(self) -> None:
+        """Check the texts and flag near-duplicates across sides."""
+        for side in SIDES:
+            setattr(self, side, check_texts(list(getattr(self, side)), self._where(side)))
+        self._check_settings()
+        self._check_disjoint()
+        self.near_duplicates = self._find_near_duplicates()
+        if self.near_duplicates:
+            message = self._near_duplicate_message()
+            warnings.warn(message, NearDuplicateWarning, stacklevel=_user_stacklevel())
+
+    @classmethod
+    def random(
+        cls,
+        texts: Sequence[str],
+        *,
+        n_members: int,
+        n_non_members: int,
+        n_validation: int = 0,
+        seed: int = 0,
+        source: str = "custom",
+        near_duplicate_threshold: float = NEAR_DUPLICATE_THRESHOLD,
+    ) -> MembershipSplit:
+        """Draw disjoint sides uniformly at random (numpy `default_rng(seed)`) from `texts`."""
+        pool = list(dict.fromkeys(check_texts(list(texts), f"{source} texts")))
+        sizes = {
+            "n_members": n_members,
+            "n_non_members": n_non_members,
+            "n_validation": n_validation,
+        }
+        _check_sizes(sizes, len(pool), source)
+        order = np.random.default_rng(seed).permutation(len(pool))[: sum(sizes.values())]
+        drawn = [pool[i] for i in order]
+        cut = n_members + n_non_members
+        return cls(
+            drawn[:n_members],
+            drawn[n_members:cut],
+            drawn[cut:],
+            seed=seed,
+            source=source,
+            near_duplicate_threshold=near_duplicate_threshold,
+        )
+
+    @classmethod
+    def from_texts(
+        cls,
+        members: Iterable[str],
+        non_members: Iterable[str],
+        validation: Iterable[str] = (),
+        *,
+        seed: int | None = None,
+        source: str = "custom",
+        near_duplicate_threshold: float = NEAR_DUPLICATE_THRESHOLD,
+    ) -> MembershipSplit:
+        """Build a split from sides the user chose."""
+        return cls(
+            list(members),
+            list(non_members),
+            list(validation),
+            seed=seed,
+            source=source,
+            near_duplicate_threshold=near_duplicate_threshold,
+        )
+
+    def labels_and_texts(self) -> tuple[list[str], np.ndarray]:
+        """Return members then non-members with labels 1 (member) and 0; validation is left out."""
+        labels = np.concatenate([np.ones(len(self.members)), np.zeros(len(self.non_members))])
+        return self.members + self.non_members, labels.astype(np.int64)
+
+    def counts(self) -> dict[str, int]:
+        """Return the number of texts on each side."""
+        return {side: len(getattr(self, side)) for side in SIDES}
+
+    def to_manifest(self) -> dict[str, Any]:
+        """Return the JSON-ready manifest: settings, counts and id/sha256/text records per side."""
+        manifest: dict[str, Any] = {
+            "format": MANIFEST_FORMAT,
+            "version": MANIFEST_VERSION,
+            "seed": self.seed,
+            "source": self.source,
+            "near_duplicate_threshold": self.near_duplicate_threshold,
+            "counts": self.counts(),
+        }
+        for side in SIDES:
+            manifest[side] = [
+                {"id": record_id(side, i), "sha256": text_sha256(text), "text": text}
+                for i, text in enumerate(getattr(self, side))
+            ]
+        return manifest
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the manifest as JSON atomically (temp file + `os.replace`) and return its path."""
+        return atomic_write_text(path, json.dumps(self.to_manifest(), ensure_ascii=False, indent=1))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> MembershipSplit:
+        """Read a manifest written by `save`, verifying every record's sha256."""
+        path = Path(path)
+        manifest = _read_manifest(path)
+        sides = {side: _verified_texts(manifest, side, path) for side in SIDES}
+        threshold = manifest.get("near_duplicate_threshold", NEAR_DUPLICATE_THRESHOLD)
+        return cls(
+            **sides,
+            seed=manifest.get("seed"),
+            source=manifest.get("source", "custom"),
+            near_duplicate_threshold=threshold,
+        )
+
+    def __repr__(self) -> str:
+        """Summarise the split without printing its texts."""
+        sizes = ", ".join(f"{side}={n}" for side, n in self.counts().items())
+        return (
+            f"MembershipSplit(source={self.source!r}, seed={self.seed}, {sizes}, "
+            f"near_duplicates={len(self.near_duplicates)})"
+        )
+
+    def _where(self, side: str) -> str:
+        """Name one side of this split in error messages."""
+        return f"{self.source!r} split, {side}"
+
+    def _check_settings(self) -> None:
+        """Require non-empty members and non-members and a threshold in (0, 1]."""
+        for side in ("members", "non_members"):
+            if not getattr(self, side):
+                raise DataError(
+                    f"{self._where(side)}: no texts; a membership split needs both sides"
+                )
+        if not 0 < self.near_duplicate_threshold <= 1:
+            raise DataError(
+                f"{self.source!r} split: near_duplicate_threshold={self.near_duplicate_threshold} "
+                "is outside (0, 1]; pass a fraction such as 0.8"
+            )
+
+    def _check_disjoint(self) -> None:
+        """Raise `DataError` if any text appears on more than one side."""
+        repeats = self._cross_side_repeats()
+        if repeats:
+            side, i, other, j = repeats[0]
+            raise DataError(
+                f"{self.source!r} split: {len(repeats)} text(s) appear on more than one side, "
+                f"e.g. {side}[{i}] == {other}[{j}] {_preview(getattr(self, other)[j])}; "
+                "remove them from all but one side (MembershipSplit.random draws disjoint sides)"
+            )
+
+    def _cross_side_repeats(self) -> list[tuple[str, int, str, int]]:
+        """Return (side, index, later side, index) for each text already seen on an earlier side."""
+        first_seen: dict[str, tuple[str, int]] = {}
+        repeats: list[tuple[str, int, str, int]] = []
+        for side in SIDES:
+            texts = getattr(self, side)
+            repeats += [(*first_seen[t], side, j) for j, t in enumerate(texts) if t in first_seen]
+            for j, text in enumerate(texts):
+                first_seen.setdefault(text, (side, j))
+        return repeats
+
+    def _find_near_duplicates(self) -> list[NearDuplicate]:
+        """Find non-member and validation texts whose 13-grams are mostly found in the members."""
+        index = index_members(self.members)
+        return [
+            NearDuplicate(side, *hit)
+            for side in ("non_members", "validation")
+            for hit in near_duplicates(index, getattr(self, side), self.near_duplicate_threshold)
+        ]
+
+    def _near_duplicate_message(self) -> str:
+        """Describe the near-duplicates for the warning."""
+        pairs = ", ".join(
+            f"{d.side}[{d.index}]~members[{d.member_index}] ({d.overlap:.0%})"
+            for d in self.near_duplicates[:SHOWN_PAIRS]
+        )
+        more = "" if len(self.near_duplicates) <= SHOWN_PAIRS else ", ..."
+        return (
+            f"{self.source!r} split: {len(self.near_duplicates)} non-member/validation text(s) "
+            f"share >= {self.near_duplicate_threshold:.0%} of their {NGRAM_WORDS}-word n-grams "
+            f"with the members: {pairs}{more}. An audit would score them like members; drop them "
+            "(see .near_duplicates) or re-draw the split"
+        )
+
+
+def record_id(side: str, index: int) -> str:
+    """Return the stable manifest id of the `index`-th text on `side`, e.g. 'member-00012'."""
+    return f"{ID_PREFIXES[side]}-{index:05d}"
+
+
+def text_sha256(text: str) -> str:
+    """Return the hex sha256 of `text` encoded as UTF-8."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _check_sizes(sizes: dict[str, int], available: int, source: str) -> None:
+    """Require non-negative sizes (positive for both audit sides) that fit in `available` texts."""
+    for name, n in sizes.items():
+        if n < (0 if name == "n_validation" else 1):
+            raise DataError(f"{source!r} split: {name}={n} is too small; pass a positive count")
+    needed = sum(sizes.values())
+    if needed > available:
+        asked = " + ".join(f"{n} {name.removeprefix('n_')}" for name, n in sizes.items())
+        raise DataError(
+            f"{source!r} split: asked for {asked} = {needed} texts but only {available} distinct "
+            "texts are available; lower the counts or supply more texts"
+        )
+
+
+def _read_manifest(path: Path) -> dict[str, Any]:
+    """Parse a manifest file and check its format and version."""
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise DataError(
+            f"{path}: cannot read the split manifest ({err}); re-create it with save()"
+        ) from err
+    if not isinstance(manifest, dict) or manifest.get("format") != MANIFEST_FORMAT:
+        raise DataError(f"{path}: not a membership-split manifest (no format {MANIFEST_FORMAT!r})")
+    if manifest.get("version") != MANIFEST_VERSION:
+        raise DataError(
+            f"{path}: manifest version {manifest.get('version')!r} is not supported "
+            f"(expected {MANIFEST_VERSION}); re-create it with this privft"
+        )
+    return manifest
+
+
+def _verified_texts(manifest: dict[str, Any], side: str, path: Path) -> list[str]:
+    """Return one side's texts after checking ids, sha256 digests and the recorded count."""
+    records = manifest.get(side, [])
+    expected = manifest.get("counts", {}).get(side)
+    if expected != len(records):
+        raise DataError(
+            f"{path}: {side} has {len(records)} records but counts says {expected}; "
+            "records were added or removed by hand, re-create the manifest with save()"
+        )
+    texts = []
+    for i, record in enumerate(records):
+        want_id = record_id(side, i)
+        if not isinstance(record, dict) or record.get("id") != want_id:
+            raise DataError(
+                f"{path}: {side} record {i} should have id {want_id!r}; re-create the manifest"
+            )
+        text = record.get("text")
+        if not isinstance(text, str) or text_sha256(text) != record.get("sha256"):
+            raise DataError(
+                f"{path}: record {want_id} does not match its sha256 (the text was edited); "
+                "restore the original text or re-create the split and save() it"
+            )
+        texts.append(text)
+    return texts
+
+
+def _user_stacklevel() -> int:
+    """Return the `warnings.warn` stacklevel of the first caller outside `privft.data`."""
+    level, frame = 1, sys._getframe(1)
+    while frame is not None and frame.f_globals.get("__name__", "").startswith(f"{__package__}."):
+        level, frame = level + 1, frame.f_back
+    return level
+
+
+def _preview(text: str) -> str:
+    """Return a truncated repr of `text` for an error message."""
+    return repr(text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 3] + "...")

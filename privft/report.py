@@ -1,0 +1,170 @@
+"""An audit's results and their renderings: JSON (everything), Markdown (the table), log-log ROC PNG."""
+
+from __future__ import annotations
+
+import io
+import json
+import platform
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+import numpy as np
+
+from privft.attacks import SHIFT_AUC
+from privft.io import atomic_write_bytes, atomic_write_text
+from privft.metrics import AttackMetrics, TPRAtFPR
+
+VERSIONED_PACKAGES = ("privft", "torch", "transformers", "peft", "trl", "opacus", "scikit-learn", "numpy")
+
+
+@dataclass(frozen=True)
+class PerplexityResult:
+    """Perplexity of the target on held-out text, with the set it was measured on."""
+
+    value: float
+    on: str  # "validation" or "non-members"
+    n_texts: int
+    n_tokens: int
+    convention: str
+
+
+def package_versions() -> dict[str, str]:
+    """Installed versions of the packages that determine an audit's numbers."""
+    found = {"python": platform.python_version()}
+    for name in VERSIONED_PACKAGES:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = "not installed"
+    return found
+
+
+def _tpr_cell(result: TPRAtFPR) -> str:
+    if result.tpr is None:
+        return "not estimable"
+    flag = " ⚠" if result.warning else ""
+    return f"{result.tpr:.3f} ({result.true_positives}/{result.n_members}){flag}"
+
+
+@dataclass
+class AuditReport:
+    """Every number of one audit, the per-text scores behind them, and the settings that produced them."""
+
+    model: str
+    reference: str | None
+    config: dict
+    split: dict
+    blind_baseline: AttackMetrics
+    attacks: dict[str, AttackMetrics]
+    perplexity: PerplexityResult
+    scores: dict[str, np.ndarray]
+    labels: np.ndarray
+    text_sha256: list[str]
+    notes: list[str] = field(default_factory=list)
+    created: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    versions: dict[str, str] = field(default_factory=package_versions)
+
+    @property
+    def distribution_shift(self) -> bool:
+        """True when the model-free baseline separates the split: attack numbers then measure shift."""
+        auc = self.blind_baseline.auc
+        return auc.auc >= SHIFT_AUC and auc.ci_low > 0.5
+
+    @property
+    def warnings(self) -> list[str]:
+        """Everything that changes how the numbers should be read, for display beside them."""
+        found = []
+        auc = self.blind_baseline.auc
+        if self.distribution_shift:
+            found.append(f"DISTRIBUTION SHIFT: the blind baseline (no model access) reaches AUC {auc.auc:.3f} "
+                         f"[{auc.ci_low:.3f}, {auc.ci_high:.3f}]; every attack number below partly measures how "
+                         "members and non-members differ as text, not what the model memorised.")
+        elif auc.ci_low > 0.5:
+            found.append(f"The blind baseline is above chance (AUC {auc.auc:.3f}, CI low {auc.ci_low:.3f}): "
+                         "the split may differ mildly in distribution.")
+        resolution = {t.warning for m in [self.blind_baseline, *self.attacks.values()]
+                      for t in m.tpr_at_fpr if t.warning}
+        return found + sorted(resolution) + list(self.notes)
+
+    def to_dict(self) -> dict:
+        """A JSON-ready dict of every number, per-text score, setting and version."""
+        return {
+            "created": self.created,
+            "model": self.model,
+            "reference": self.reference,
+            "split": self.split,
+            "config": self.config,
+            "versions": self.versions,
+            "distribution_shift": self.distribution_shift,
+            "warnings": self.warnings,
+            "blind_baseline": self.blind_baseline.to_dict(),
+            "attacks": {name: m.to_dict() for name, m in self.attacks.items()},
+            "perplexity": asdict(self.perplexity),
+            "per_text": {
+                "sha256": self.text_sha256,
+                "label": self.labels.tolist(),
+                "scores": {name: np.asarray(v).tolist() for name, v in self.scores.items()},
+            },
+        }
+
+    def to_markdown(self) -> str:
+        """The audit table: blind baseline first, one row per attack, counts and warnings beside it."""
+        fprs = [t.max_fpr for t in self.blind_baseline.tpr_at_fpr]
+        header = ["Attack", "AUC [95 % CI]", *[f"TPR @ FPR ≤ {f * 100:g} %" for f in fprs]]
+        shift = " ⚠ shift" if self.distribution_shift else ""
+        lines = [
+            f"## Membership-inference audit: {self.model}",
+            "",
+            f"{self.split['n_members']} members vs {self.split['n_non_members']} non-members "
+            f"(split: {self.split['source']}, seed {self.split['seed']}); reference: {self.reference or 'none'}.",
+            "",
+            "| " + " | ".join(header) + " |",
+            "|" + "---|" * len(header),
+        ]
+        for name, m in [("blind baseline (no model)", self.blind_baseline), *self.attacks.items()]:
+            a = m.auc
+            cells = [name + (shift if m is self.blind_baseline else ""),
+                     f"{a.auc:.3f} [{a.ci_low:.3f}, {a.ci_high:.3f}]", *map(_tpr_cell, m.tpr_at_fpr)]
+            lines.append("| " + " | ".join(cells) + " |")
+        p = self.perplexity
+        lines += ["", f"Perplexity on {p.on}: {p.value:.2f} ({p.n_texts} texts, {p.n_tokens} tokens; {p.convention})",
+                  "", "TPR cells show (true positives / members); ⚠ marks a resolution warning below."]
+        if self.warnings:
+            lines += ["", "### Warnings", "", *[f"- {w}" for w in self.warnings]]
+        return "\n".join(lines) + "\n"
+
+    def roc_png(self) -> bytes:
+        """A log-log ROC plot (one curve per attack, the blind baseline dashed) as PNG bytes."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        from sklearn.metrics import roc_curve
+
+        n_out = int((self.labels == 0).sum())
+        floor = 1.0 / max(n_out, 1)
+        fig, ax = plt.subplots(figsize=(6, 5))
+        for name, values in self.scores.items():
+            fpr, tpr, _ = roc_curve(self.labels, values)
+            style = "--" if name == "blind_baseline" else "-"
+            ax.plot(np.maximum(fpr, floor), np.maximum(tpr, floor), style, label=name)
+        ax.plot([floor, 1], [floor, 1], ":", color="grey", label="chance")
+        ax.set(xscale="log", yscale="log", xlim=(floor, 1), ylim=(floor, 1),
+               xlabel=f"false positive rate ({n_out} non-members)",
+               ylabel=f"true positive rate ({int(self.labels.sum())} members)", title=self.model)
+        ax.legend(fontsize=7, loc="lower right")
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png", dpi=120, bbox_inches="tight")
+        plt.close(fig)
+        return buffer.getvalue()
+
+    def save(self, directory: str | Path) -> dict[str, Path]:
+        """Write report.json, report.md and roc.png into `directory`, each atomically."""
+        directory = Path(directory)
+        return {
+            "json": atomic_write_text(directory / "report.json", json.dumps(self.to_dict(), indent=1)),
+            "markdown": atomic_write_text(directory / "report.md", self.to_markdown()),
+            "roc": atomic_write_bytes(directory / "roc.png", self.roc_png()),
+        }

@@ -1,0 +1,97 @@
+"""Plain fine-tuning with the Hugging Face Trainer: full or LoRA, tokenized as the audit scores."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+from datasets import Dataset
+from peft import LoraConfig, PeftModel, get_peft_model
+from transformers import (
+    DataCollatorForLanguageModeling,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    Trainer,
+    TrainerCallback,
+    TrainingArguments,
+)
+
+from privft.scoring import _start_token
+
+ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+@dataclass
+class LoraSettings:
+    """LoRA adapter settings (peft); `targets` name the Linear modules that get adapters."""
+
+    rank: int = 16
+    alpha: int = 32
+    dropout: float = 0.0
+    targets: tuple[str, ...] = ALL_LINEAR
+
+    def to_peft(self) -> LoraConfig:
+        """The equivalent peft LoraConfig for a causal LM."""
+        return LoraConfig(r=self.rank, lora_alpha=self.alpha, lora_dropout=self.dropout,
+                          target_modules=list(self.targets), task_type="CAUSAL_LM")
+
+
+@dataclass
+class FinetuneSettings:
+    """Training-loop settings passed to the Trainer."""
+
+    epochs: int = 3
+    learning_rate: float = 1e-3
+    batch_size: int = 8
+    max_length: int = 256
+    seed: int = 0
+    output_dir: str = "runs/finetune"
+    lora: LoraSettings | None = field(default_factory=LoraSettings)  # None: full fine-tuning
+
+
+def tokenize_for_training(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], max_length: int) -> Dataset:
+    """BOS-prefixed token ids, exactly as the audit scores them, truncated (with a warning) to `max_length`."""
+    start = _start_token(tokenizer)
+    encoded = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+    truncated = sum(len(ids) + 1 > max_length for ids in encoded)
+    if truncated:
+        warnings.warn(f"{truncated} of {len(texts)} training texts exceed max_length={max_length} tokens and are "
+                      "truncated; their tails are not trained on although the audit scores them.", stacklevel=2)
+    return Dataset.from_dict({"input_ids": [[start, *ids][:max_length] for ids in encoded]})
+
+
+def finetune(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    texts: Sequence[str],
+    settings: FinetuneSettings | None = None,
+    callbacks: Sequence[TrainerCallback] = (),
+) -> PreTrainedModel | PeftModel:
+    """Fine-tune on `texts` with the plain Trainer (LoRA unless `settings.lora` is None); returns the model."""
+    settings = settings or FinetuneSettings()
+    if settings.lora is not None:
+        model = get_peft_model(model, settings.lora.to_peft())
+    args = TrainingArguments(
+        output_dir=settings.output_dir,
+        num_train_epochs=settings.epochs,
+        learning_rate=settings.learning_rate,
+        per_device_train_batch_size=settings.batch_size,
+        seed=settings.seed,
+        use_cpu=not torch.cuda.is_available(),
+        report_to="none",
+        save_strategy="no",
+        logging_strategy="epoch",
+        lr_scheduler_type="constant",
+        disable_tqdm=False,
+    )
+    trainer = Trainer(
+        model=model,
+        args=args,
+        train_dataset=tokenize_for_training(tokenizer, texts, settings.max_length),
+        data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False),
+        callbacks=list(callbacks),
+    )
+    trainer.train()
+    return model.eval()
