@@ -40,6 +40,18 @@ def _audit(args: argparse.Namespace) -> None:
     print(f"Report: {paths['json']}, {paths['markdown']}, {paths['roc']}")
 
 
+def _train(args: argparse.Namespace) -> None:
+    from privft.config import load_yaml, save_yaml
+    from privft.pipeline import RunConfig, run_training
+
+    if args.write_default:
+        print(f"Wrote {save_yaml(RunConfig(), args.config)}; edit it, then run: privft train {args.config}")
+        return
+    result = run_training(load_yaml(RunConfig, args.config))
+    print(result.report.to_markdown())
+    print(f"Model, manifest and report: {result.output_dir}")
+
+
 def _demo(args: argparse.Namespace) -> None:
     from privft.demo import DemoSettings, run_demo
 
@@ -68,6 +80,11 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--seed", type=int, default=0)
     audit.add_argument("--out", default="runs/audit", help="output folder for report.json, report.md, roc.png")
     audit.set_defaults(run=_audit)
+
+    train = commands.add_parser("train", help="fine-tune from a YAML config with canaries, SOFT and the audit")
+    train.add_argument("config", help="YAML config (see --write-default)")
+    train.add_argument("--write-default", action="store_true", help="write the default config to CONFIG and exit")
+    train.set_defaults(run=_train)
 
     demo = commands.add_parser("demo", help="LoRA fine-tune the embedded default on wiki, then audit it")
     demo.add_argument("--members", type=int, default=200)

@@ -63,6 +63,7 @@ class AuditReport:
     labels: np.ndarray
     text_sha256: list[str]
     notes: list[str] = field(default_factory=list)
+    canary_exposure: dict | None = None  # summary from privft's canary callback, when canaries were planted
     created: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
     versions: dict[str, str] = field(default_factory=package_versions)
 
@@ -102,6 +103,7 @@ class AuditReport:
             "blind_baseline": self.blind_baseline.to_dict(),
             "attacks": {name: m.to_dict() for name, m in self.attacks.items()},
             "perplexity": asdict(self.perplexity),
+            "canary_exposure": self.canary_exposure,
             "per_text": {
                 "sha256": self.text_sha256,
                 "label": self.labels.tolist(),
@@ -131,6 +133,11 @@ class AuditReport:
         p = self.perplexity
         lines += ["", f"Perplexity on {p.on}: {p.value:.2f} ({p.n_texts} texts, {p.n_tokens} tokens; {p.convention})",
                   "", "TPR cells show (true positives / members); ⚠ marks a resolution warning below."]
+        if self.canary_exposure:
+            c = self.canary_exposure
+            lines += ["", f"Canary exposure: mean {c['mean_exposure']:.2f} bits, max {c['max_exposure']:.2f} bits over "
+                          f"{c['n_canaries']} canaries × {c['copies']} copies (ranked among {c['n_alternatives']} "
+                          f"random alternatives; at most {c['max_measurable']:.2f} bits by rank)."]
         if self.warnings:
             lines += ["", "### Warnings", "", *[f"- {w}" for w in self.warnings]]
         return "\n".join(lines) + "\n"

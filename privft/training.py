@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import torch
 from datasets import Dataset
 from peft import LoraConfig, PeftModel, get_peft_model
+from torch.utils.data import Dataset as TorchDataset
 from transformers import (
     DataCollatorForLanguageModeling,
     PreTrainedModel,
@@ -62,14 +63,14 @@ def tokenize_for_training(tokenizer: PreTrainedTokenizerBase, texts: Sequence[st
     return Dataset.from_dict({"input_ids": [[start, *ids][:max_length] for ids in encoded]})
 
 
-def finetune(
+def build_trainer(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
-    texts: Sequence[str],
+    train_dataset: TorchDataset,
     settings: FinetuneSettings | None = None,
     callbacks: Sequence[TrainerCallback] = (),
-) -> PreTrainedModel | PeftModel:
-    """Fine-tune on `texts` with the plain Trainer (LoRA unless `settings.lora` is None); returns the model."""
+) -> Trainer:
+    """A plain Trainer on a tokenized dataset, with LoRA adapters added unless `settings.lora` is None."""
     settings = settings or FinetuneSettings()
     if settings.lora is not None:
         model = get_peft_model(model, settings.lora.to_peft())
@@ -86,12 +87,26 @@ def finetune(
         lr_scheduler_type="constant",
         disable_tqdm=False,
     )
-    trainer = Trainer(
+    return Trainer(
         model=model,
         args=args,
-        train_dataset=tokenize_for_training(tokenizer, texts, settings.max_length),
+        train_dataset=train_dataset,
+        processing_class=tokenizer,
         data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False),
         callbacks=list(callbacks),
     )
+
+
+def finetune(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    texts: Sequence[str],
+    settings: FinetuneSettings | None = None,
+    callbacks: Sequence[TrainerCallback] = (),
+) -> PreTrainedModel | PeftModel:
+    """Fine-tune on `texts` with the plain Trainer (LoRA unless `settings.lora` is None); returns the model."""
+    settings = settings or FinetuneSettings()
+    dataset = tokenize_for_training(tokenizer, texts, settings.max_length)
+    trainer = build_trainer(model, tokenizer, dataset, settings, callbacks)
     trainer.train()
-    return model.eval()
+    return trainer.model.eval()

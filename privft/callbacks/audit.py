@@ -1,0 +1,119 @@
+"""Re-run the membership-inference audit when training ends, log it, and put it on the model card."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback, TrainerControl, TrainerState
+from transformers.training_args import TrainingArguments
+
+from privft.audit import AuditConfig, run_audit
+from privft.data import MembershipSplit
+from privft.io import atomic_write_text
+from privft.report import AuditReport
+
+CARD_START = "<!-- privft:privacy-audit:start -->"
+CARD_END = "<!-- privft:privacy-audit:end -->"
+
+
+def headline_metrics(report: AuditReport) -> dict[str, float]:
+    """Flat `privacy/...` numbers for the Trainer's logs: AUC and TPR per attack, perplexity, exposure."""
+    logs = {"privacy/perplexity": report.perplexity.value,
+            "privacy/blind_baseline_auc": report.blind_baseline.auc.auc}
+    for name, metrics in report.attacks.items():
+        logs[f"privacy/{name}/auc"] = metrics.auc.auc
+        for result in metrics.tpr_at_fpr:
+            if result.tpr is not None:
+                logs[f"privacy/{name}/tpr@{result.max_fpr * 100:g}%"] = result.tpr
+    if report.canary_exposure:
+        logs["privacy/canary_exposure_mean"] = report.canary_exposure["mean_exposure"]
+        logs["privacy/canary_exposure_max"] = report.canary_exposure["max_exposure"]
+    return logs
+
+
+def model_card_section(report: AuditReport) -> str:
+    """The privacy section of a model card: headline numbers with counts, settings and warnings."""
+    return "\n".join([CARD_START, "## Privacy audit (privft)", "",
+                      f"Audited {report.created} with privft {report.versions.get('privft', '?')}.", "",
+                      report.to_markdown().split("\n", 2)[2].strip(), CARD_END])
+
+
+def write_model_card_section(directory: str | Path, report: AuditReport) -> Path:
+    """Add or replace the privacy section of `directory/README.md`, keeping everything else."""
+    path = Path(directory) / "README.md"
+    card = path.read_text(encoding="utf-8") if path.exists() else ""
+    section = model_card_section(report)
+    if CARD_START in card and CARD_END in card:
+        before, rest = card.split(CARD_START, 1)
+        card = before + section + rest.split(CARD_END, 1)[1]
+    else:
+        card = (card.rstrip() + "\n\n" if card.strip() else "") + section + "\n"
+    return atomic_write_text(path, card)
+
+
+class PrivacyAuditCallback(TrainerCallback):
+    """Audit members vs non-members of `split` at train end (and every `every_n_epochs` epochs).
+
+    The audit runs once, on the main process. Its headline numbers go into the Trainer's logs,
+    the full report into `output_dir` (default `<args.output_dir>/privacy-audit`), and a
+    privacy section into `<args.output_dir>/README.md`. Without a reference, a peft model is
+    compared with itself with adapters disabled. Pass `canary_callback` to add exposure.
+    """
+
+    def __init__(
+        self,
+        split: MembershipSplit,
+        tokenizer: PreTrainedTokenizerBase,
+        *,
+        reference: PreTrainedModel | None = None,
+        reference_tokenizer: PreTrainedTokenizerBase | None = None,
+        config: AuditConfig | None = None,
+        every_n_epochs: int | None = None,
+        output_dir: str | None = None,
+        canary_callback: TrainerCallback | None = None,
+        model_name: str | None = None,
+    ) -> None:
+        if every_n_epochs is not None and every_n_epochs < 1:
+            raise ValueError(f"every_n_epochs must be a positive integer or None, got {every_n_epochs!r}.")
+        self.split = split
+        self.tokenizer = tokenizer
+        self.reference = reference
+        self.reference_tokenizer = reference_tokenizer
+        self.config = config or AuditConfig()
+        self.every_n_epochs = every_n_epochs
+        self.output_dir = output_dir
+        self.canary_callback = canary_callback
+        self.model_name = model_name
+        self.reports: list[AuditReport] = []
+
+    @property
+    def report(self) -> AuditReport | None:
+        """The latest audit, or None before the first one."""
+        return self.reports[-1] if self.reports else None
+
+    def _audit(self, args: TrainingArguments, state: TrainerState, model: PreTrainedModel, tag: str) -> None:
+        model = getattr(model, "module", model)  # unwrap DistributedDataParallel
+        report = run_audit(model, self.tokenizer, self.split, reference=self.reference,
+                           reference_tokenizer=self.reference_tokenizer, config=self.config,
+                           model_name=self.model_name)
+        if self.canary_callback is not None and getattr(self.canary_callback, "results", None):
+            report.canary_exposure = self.canary_callback.summary()
+        out = Path(self.output_dir or Path(args.output_dir) / "privacy-audit")
+        report.save(out / tag if tag != "final" else out)
+        state.log_history.append({**headline_metrics(report), "epoch": state.epoch, "step": state.global_step})
+        self.reports.append(report)
+        if tag == "final":
+            write_model_card_section(args.output_dir, report)
+
+    def on_epoch_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                     model: PreTrainedModel | None = None, **kwargs) -> None:
+        """Audit every `every_n_epochs` epochs, on the main process."""
+        epoch = round(state.epoch or 0)
+        if self.every_n_epochs and epoch % self.every_n_epochs == 0 and state.is_world_process_zero:
+            self._audit(args, state, model, f"epoch-{epoch}")
+
+    def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                     model: PreTrainedModel | None = None, **kwargs) -> None:
+        """The final audit, on the main process."""
+        if state.is_world_process_zero:
+            self._audit(args, state, model, "final")

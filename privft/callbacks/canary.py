@@ -1,0 +1,142 @@
+"""Measure canary exposure in a model, and a Trainer callback that does it during fine-tuning."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from accelerate.utils import extract_model_from_parallel
+from transformers import (
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    TrainerCallback,
+    TrainerControl,
+    TrainerState,
+    TrainingArguments,
+)
+from transformers.trainer_callback import ExportableState
+
+from privft.attacks.exposure import CanaryExposure, summarize
+from privft.data.canaries import CanaryPlan
+from privft.scoring import TokenStats, score_texts
+
+LOG_PREFIX = "privacy/canary_"  # the namespace of privft's audit callback
+
+
+def measure_exposure(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, plan: CanaryPlan,
+                     *, batch_size: int = 32) -> list[CanaryExposure]:
+    """Exposure of each of the plan's canaries in `model`, against the plan's seeded reference secrets.
+
+    The canaries and the `plan.n_alternatives` references (one set shared by all canaries, as in
+    Carlini et al. and tensorflow_privacy) are scored in one batched pass. A candidate's
+    log-likelihood is the sum over its tokens after the longest token prefix all candidates
+    share: those tokens have the same context in every candidate, so dropping them changes
+    no rank or fit, only removes a constant (and batching noise). It needs no assumption
+    about how the template's prefix and the secret tokenize at their boundary.
+    """
+    texts = plan.canary_texts() + [plan.text_for(secret) for secret in plan.reference_secrets()]
+    stats = score_texts(model, tokenizer, texts, batch_size=batch_size, desc="canary exposure")
+    logps = _logps_after_shared_prefix(stats, tokenizer(texts, add_special_tokens=False)["input_ids"])
+    references = logps[plan.n_canaries:]
+    return [CanaryExposure.measure(secret, true_logp, references, plan.secret_space)
+            for secret, true_logp in zip(plan.secrets, logps[:plan.n_canaries])]
+
+
+def _logps_after_shared_prefix(stats: Sequence[TokenStats], token_ids: Sequence[Sequence[int]]) -> np.ndarray:
+    """Each text's summed token log-probabilities after the token prefix common to all texts."""
+    shared = 0
+    shortest = min(len(ids) for ids in token_ids)
+    while shared < shortest and len({ids[shared] for ids in token_ids}) == 1:
+        shared += 1
+    return np.array([s.token_logprobs[shared:].astype(np.float64).sum() for s in stats])
+
+
+class CanaryCallback(TrainerCallback, ExportableState):
+    """Measures canary exposure at the end of training (and every N epochs) and logs it.
+
+    The callback never touches the data; insert the canaries before tokenizing:
+
+        plan = CanaryPlan(seed=0)
+        plan.check_absent(split.non_members, split.validation)
+        finetune(model, tokenizer, plan.insert(split.members), callbacks=[CanaryCallback(plan, tokenizer)])
+
+    Each measurement appends `privacy/canary_exposure_mean` and `_max`, the extrapolated mean and
+    max and `privacy/canary_exposure_ceiling` (all in bits) to `state.log_history` with the
+    epoch and step, and keeps the per-canary results in `results` (`summary()` for the audit
+    report; list this callback before an AuditCallback that reads it). Only the world main process
+    measures, on the unwrapped model; sharded parameters (FSDP, ZeRO-3) are not supported.
+    The plan is saved with checkpoints; with `restore_callback_states_from_checkpoint=True`
+    the Trainer rebuilds this callback from it, without the tokenizer (it then comes from the
+    Trainer's `processing_class`) and as a new object (read its results from the Trainer's
+    callbacks or `state.log_history`).
+    """
+
+    def __init__(self, plan: CanaryPlan | Mapping[str, Any], tokenizer: PreTrainedTokenizerBase | None = None,
+                 *, every_n_epochs: int | None = None, batch_size: int = 32) -> None:
+        """Keep the plan (a `CanaryPlan` or its `to_dict()`) and the measuring settings."""
+        if every_n_epochs is not None and every_n_epochs < 1:
+            raise ValueError(f"every_n_epochs={every_n_epochs} must be at least 1, or None to measure "
+                             "only at the end of training")
+        self.plan = plan if isinstance(plan, CanaryPlan) else CanaryPlan.from_dict(plan)
+        self.tokenizer = tokenizer
+        self.every_n_epochs = every_n_epochs
+        self.batch_size = batch_size
+        self.results: list[CanaryExposure] = []
+        self._measured_step: int | None = None
+
+    def state(self) -> dict[str, Any]:
+        """The constructor arguments (the plan as a dict) for the Trainer's checkpoint."""
+        return {
+            "args": {"plan": self.plan.to_dict(), "every_n_epochs": self.every_n_epochs,
+                     "batch_size": self.batch_size},
+            "attributes": {},
+        }
+
+    def summary(self) -> dict[str, Any]:
+        """The latest measurement for `AuditReport.canary_exposure`: exposures in bits and the plan's size."""
+        stats = summarize(self.results)
+        return {
+            "mean_exposure": stats["exposure_mean"],
+            "max_exposure": stats["exposure_max"],
+            "mean_exposure_extrapolated": stats["exposure_extrapolated_mean"],
+            "max_exposure_extrapolated": stats["exposure_extrapolated_max"],
+            "max_measurable": stats["exposure_ceiling"],
+            "n_canaries": self.plan.n_canaries,
+            "copies": self.plan.copies,
+            "n_alternatives": self.plan.n_alternatives,
+        }
+
+    def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                       **kwargs: Any) -> None:
+        """Take the tokenizer from the Trainer if none was given, so a missing one fails before training."""
+        if self.tokenizer is None:
+            processing_class = kwargs.get("processing_class")
+            if not isinstance(processing_class, PreTrainedTokenizerBase):
+                raise ValueError("CanaryCallback has no tokenizer to score the canaries with; pass "
+                                 "CanaryCallback(plan, tokenizer) or Trainer(processing_class=tokenizer)")
+            self.tokenizer = processing_class
+
+    def on_epoch_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                     **kwargs: Any) -> None:
+        """Measure every `every_n_epochs` epochs."""
+        if self.every_n_epochs and round(state.epoch or 0) % self.every_n_epochs == 0:
+            self._measure(state, kwargs["model"])
+
+    def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                     **kwargs: Any) -> None:
+        """Measure the final model, unless the last epoch's measurement already did."""
+        if self._measured_step != state.global_step:
+            self._measure(state, kwargs["model"])
+
+    def _measure(self, state: TrainerState, model: PreTrainedModel) -> None:
+        """Measure exposure on the main process and append the summary to the log history."""
+        if not state.is_world_process_zero:
+            return
+        self.results = measure_exposure(extract_model_from_parallel(model), self.tokenizer, self.plan,
+                                        batch_size=self.batch_size)
+        self._measured_step = state.global_step
+        entry = {LOG_PREFIX + key: value for key, value in summarize(self.results).items()}
+        if state.epoch is not None:
+            entry["epoch"] = state.epoch
+        state.log_history.append({**entry, "step": state.global_step})

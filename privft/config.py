@@ -1,0 +1,81 @@
+"""Nested dataclass configs that round-trip to YAML, with errors that name unknown or mistyped keys."""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from privft.io import atomic_write_text
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A config file or dict does not match the config's fields."""
+
+
+def to_dict(config: Any) -> dict[str, Any]:
+    """A plain dict (tuples as lists) of a dataclass config, ready for YAML or JSON."""
+    def plain(value: Any) -> Any:
+        if isinstance(value, (list, tuple)):
+            return [plain(v) for v in value]
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items()}
+        return value
+
+    return plain(dataclasses.asdict(config))
+
+
+def _convert(value: Any, annotation: Any, where: str) -> Any:
+    """Build a value of type `annotation` from plain YAML data."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        options = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if value is None:
+            return None
+        return _convert(value, options[0], where) if len(options) == 1 else value
+    if dataclasses.is_dataclass(annotation):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where} must be a mapping of {annotation.__name__} fields, got {value!r}.")
+        return from_dict(annotation, value, where)
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where} must be a list, got {value!r}.")
+        return tuple(value)
+    if annotation is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if annotation in (int, float, str, bool) and not isinstance(value, annotation):
+        raise ConfigError(f"{where} must be {annotation.__name__}, got {value!r}.")
+    return value
+
+
+def from_dict(cls: type[T], data: dict[str, Any], where: str = "config") -> T:
+    """Build dataclass `cls` from a dict, refusing keys it does not have."""
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise ConfigError(f"Unknown key(s) {unknown} in {where}; valid keys: {sorted(fields)}.")
+    hints = typing.get_type_hints(cls)
+    return cls(**{name: _convert(value, hints[name], f"{where}.{name}") for name, value in data.items()})
+
+
+def load_yaml(cls: type[T], path: str | Path) -> T:
+    """Read a YAML file into dataclass `cls`."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path} is not valid YAML: {error}") from error
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} must hold a mapping of config keys, got {type(data).__name__}.")
+    return from_dict(cls, data, where=str(path))
+
+
+def save_yaml(config: Any, path: str | Path) -> Path:
+    """Write a dataclass config to YAML atomically; `load_yaml` reads it back equal."""
+    return atomic_write_text(path, yaml.safe_dump(to_dict(config), sort_keys=False, allow_unicode=True))

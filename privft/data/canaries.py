@@ -1,0 +1,198 @@
+"""Secret Sharer canaries (Carlini et al. 2019): random secrets in a template, inserted k times.
+
+A `CanaryPlan` is the ground truth of a canary run: the template, the secret alphabet and
+length, the seeded secrets, how often each is inserted and how many random reference secrets
+the exposure is measured against. Everything random comes from the plan's seed, on separate
+streams, so the same plan always yields the same secrets, positions and references.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from privft.data.errors import DataError
+from privft.data.loaders import check_texts
+
+PLACEHOLDER = "{secret}"
+MIN_ALTERNATIVES = 10  # fewer reference secrets make both exposure estimates meaningless
+_SECRETS_STREAM, _POSITIONS_STREAM, _REFERENCES_STREAM = 0, 1, 2
+
+
+class CanaryError(DataError):
+    """A canary plan or its use is invalid; the message names the setting and the fix."""
+
+
+@dataclass(frozen=True)
+class CanaryPlan:
+    """Canaries to insert into a fine-tuning run, and the ground truth to measure their exposure.
+
+    Each canary is `template` with `{secret}` replaced by a secret of `secret_length` characters
+    from `alphabet`. `secrets` is drawn from `seed` when left empty (distinct, uniform over the
+    secret space); pass it explicitly only to rebuild a recorded plan (see `from_dict`).
+    `n_alternatives` reference secrets, drawn from the same space, are what exposure is
+    measured against (`privft.callbacks.measure_exposure`).
+    """
+
+    template: str = "the access code is {secret}"
+    alphabet: str = "0123456789"
+    secret_length: int = 6
+    n_canaries: int = 10
+    copies: int = 5
+    n_alternatives: int = 1000
+    seed: int = 0
+    secrets: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        """Validate the settings, then draw the secrets from the seed or check the given ones."""
+        self._check_settings()
+        if self.secrets:
+            object.__setattr__(self, "secrets", tuple(self.secrets))
+            self._check_secrets()
+        else:
+            rng = self._rng(_SECRETS_STREAM)
+            object.__setattr__(self, "secrets", tuple(self._draw(rng, self.n_canaries, frozenset())))
+
+    @property
+    def secret_space(self) -> int:
+        """Number of possible secrets: len(alphabet) ** secret_length."""
+        return len(self.alphabet) ** self.secret_length
+
+    def text_for(self, secret: str) -> str:
+        """The template with `secret` in place of `{secret}`."""
+        return self.template.replace(PLACEHOLDER, secret)
+
+    def canary_texts(self) -> list[str]:
+        """The canary texts, one per secret, in the order of `secrets`."""
+        return [self.text_for(secret) for secret in self.secrets]
+
+    def reference_secrets(self) -> list[str]:
+        """`n_alternatives` distinct seeded secrets that are none of the canaries' secrets."""
+        return self._draw(self._rng(_REFERENCES_STREAM), self.n_alternatives, frozenset(self.secrets))
+
+    def insert(self, texts: Sequence[str]) -> list[str]:
+        """Return `texts` with each canary added `copies` times at seeded random positions.
+
+        The original texts keep their relative order. Rule: n_canaries × copies must not exceed
+        len(texts), so canaries are at most half of the training run.
+        """
+        originals = check_texts(list(texts), "training texts for the canaries")
+        copies = [text for text in self.canary_texts() for _ in range(self.copies)]
+        if len(copies) > len(originals):
+            raise CanaryError(
+                f"CanaryPlan: {self.n_canaries} canaries × {self.copies} copies = {len(copies)} canary "
+                f"texts but only {len(originals)} training texts; canaries may be at most half of the run. "
+                "Lower n_canaries or copies, or insert them into more training texts"
+            )
+        rng = self._rng(_POSITIONS_STREAM)
+        total = len(originals) + len(copies)
+        is_canary = np.zeros(total, dtype=bool)
+        is_canary[rng.choice(total, size=len(copies), replace=False)] = True
+        canaries = iter([copies[i] for i in rng.permutation(len(copies))])
+        rest = iter(originals)
+        return [next(canaries) if flag else next(rest) for flag in is_canary]
+
+    def check_absent(self, *text_sets: Iterable[str]) -> None:
+        """Raise `CanaryError` if a canary text occurs in any of `text_sets` (e.g. non-members, validation).
+
+        Matching ignores case and collapses whitespace, so reformatted copies are found too.
+        """
+        canaries = [_normalize(text) for text in self.canary_texts()]
+        hits = [
+            (set_index, text_index, canary_index)
+            for set_index, texts in enumerate(text_sets)
+            for text_index, text in enumerate(map(_normalize, texts))
+            for canary_index, canary in enumerate(canaries)
+            if canary in text
+        ]
+        if hits:
+            set_index, text_index, canary_index = hits[0]
+            raise CanaryError(
+                f"{len(hits)} canary occurrence(s) in texts that must not contain canaries, e.g. canary "
+                f"{canary_index} ({self.canary_texts()[canary_index]!r}) in text set {set_index}, text "
+                f"{text_index}; canaries may only be in the training texts. Remove those texts or draw "
+                "a plan with another seed"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The plan as a JSON-ready dict for the run manifest, secrets included."""
+        record = dataclasses.asdict(self)
+        record["secrets"] = list(self.secrets)
+        return record
+
+    @classmethod
+    def from_dict(cls, record: Mapping[str, Any]) -> CanaryPlan:
+        """Rebuild a plan written by `to_dict`, keeping its recorded secrets."""
+        names = {field.name for field in dataclasses.fields(cls)}
+        missing, unknown = sorted(names - set(record)), sorted(set(record) - names)
+        if missing or unknown:
+            raise CanaryError(
+                f"Not a canary plan record: missing keys {missing}, unknown keys {unknown}; "
+                "pass the dict written by CanaryPlan.to_dict()"
+            )
+        return cls(**{**record, "secrets": tuple(record["secrets"])})
+
+    def _rng(self, stream: int) -> np.random.Generator:
+        """An independent generator for one use of the seed."""
+        return np.random.default_rng([self.seed, stream])
+
+    def _draw(self, rng: np.random.Generator, count: int, exclude: frozenset[str]) -> list[str]:
+        """`count` distinct uniform secrets not in `exclude`, by rejection of repeats."""
+        symbols = np.array(list(self.alphabet))
+        drawn: dict[str, None] = {}
+        while len(drawn) < count:
+            for row in symbols[rng.integers(len(symbols), size=(count, self.secret_length))]:
+                secret = "".join(row)
+                if secret not in exclude:
+                    drawn.setdefault(secret)
+        return list(drawn)[:count]
+
+    def _check_settings(self) -> None:
+        """Raise `CanaryError` on a setting that cannot give a meaningful canary run."""
+        if self.template.count(PLACEHOLDER) != 1:
+            raise CanaryError(
+                f"CanaryPlan template {self.template!r} must contain {PLACEHOLDER} exactly once, "
+                "e.g. 'the access code is {secret}'"
+            )
+        if not self.alphabet or len(set(self.alphabet)) != len(self.alphabet):
+            raise CanaryError(
+                f"CanaryPlan alphabet {self.alphabet!r} must be non-empty with no repeated character, "
+                "e.g. '0123456789'"
+            )
+        for name, least in (("secret_length", 1), ("n_canaries", 1), ("copies", 1),
+                            ("n_alternatives", MIN_ALTERNATIVES), ("seed", 0)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < least:
+                raise CanaryError(f"CanaryPlan {name}={value!r} must be an integer of at least {least}")
+        needed = self.n_canaries + self.n_alternatives
+        if self.secret_space < needed:
+            raise CanaryError(
+                f"CanaryPlan: the secret space has {self.secret_space} secrets ({len(self.alphabet)} symbols "
+                f"^ length {self.secret_length}) but {self.n_canaries} canaries + {self.n_alternatives} "
+                f"reference secrets need {needed} distinct ones; lengthen the secret, widen the alphabet, "
+                "or lower n_canaries or n_alternatives"
+            )
+
+    def _check_secrets(self) -> None:
+        """Raise `CanaryError` unless the given secrets fit the plan's count, alphabet and length."""
+        if len(self.secrets) != self.n_canaries or len(set(self.secrets)) != len(self.secrets):
+            raise CanaryError(
+                f"CanaryPlan secrets: {len(self.secrets)} given ({len(set(self.secrets))} distinct) but "
+                f"n_canaries={self.n_canaries}; pass n_canaries distinct secrets, or none to draw them"
+            )
+        symbols = set(self.alphabet)
+        for secret in self.secrets:
+            if not isinstance(secret, str) or len(secret) != self.secret_length or set(secret) - symbols:
+                raise CanaryError(
+                    f"CanaryPlan secret {secret!r} is not {self.secret_length} characters from "
+                    f"{self.alphabet!r}; fix the secret or the plan's alphabet and secret_length"
+                )
+
+
+def _normalize(text: str) -> str:
+    """Case-folded text with runs of whitespace collapsed to one space."""
+    return " ".join(text.casefold().split())

@@ -1,0 +1,45 @@
+"""A content-addressed disk cache of obfuscation results: one small JSON file per entry."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from privft.io import atomic_write_text
+
+logger = logging.getLogger("privft.paraphrase")
+
+
+class ParaphraseCache:
+    """JSON records under `directory`, keyed by the sha256 of everything that determines them."""
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.directory = Path(directory)
+
+    @staticmethod
+    def key(**parts: Any) -> str:
+        """The sha256 hex digest of `parts` (JSON-serialisable) in a canonical encoding."""
+        canonical = json.dumps(parts, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+    def _path(self, key: str) -> Path:
+        return self.directory / key[:2] / f"{key}.json"
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        """The record stored under `key`, or None when there is none (or it cannot be read)."""
+        path = self._path(key)
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as err:
+            logger.warning("Ignoring unreadable paraphrase cache entry %s (%s); it will be recomputed.", path, err)
+            return None
+
+    def put(self, key: str, record: dict[str, Any]) -> None:
+        """Store `record` under `key` atomically."""
+        atomic_write_text(self._path(key), json.dumps(record, ensure_ascii=False, indent=1))

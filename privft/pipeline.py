@@ -1,0 +1,167 @@
+"""`privft train config.yaml`: split, plant canaries, fine-tune (optionally with SOFT), audit, save."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from transformers import TrainerCallback
+
+from privft.audit import AuditConfig
+from privft.callbacks.audit import PrivacyAuditCallback, write_model_card_section
+from privft.callbacks.canary import CanaryCallback
+from privft.config import to_dict
+from privft.data import MembershipSplit, load_corpus, load_texts
+from privft.data.canaries import CanaryPlan
+from privft.io import atomic_write_text
+from privft.models import DEFAULT_MODEL, cache_dir, load_model
+from privft.paraphrase import ParaphraseCache, build_paraphraser, obfuscate
+from privft.report import AuditReport, package_versions
+from privft.training import FinetuneSettings, build_trainer, tokenize_for_training
+
+
+@dataclass
+class DataSettings:
+    """Where the texts come from and how they are split (a built-in corpus, or a file with `path`)."""
+
+    corpus: str | None = "wiki"
+    path: str | None = None
+    text_column: str = "text"
+    max_words: int | None = 60  # keep texts short enough to train on whole; None keeps all
+    n_members: int = 200
+    n_non_members: int = 200
+    n_validation: int = 50
+    seed: int = 0
+
+
+@dataclass
+class CanarySettings:
+    """Canaries planted in the training data (none when n_canaries is 0)."""
+
+    n_canaries: int = 0
+    copies: int = 5
+    template: str = "the access code is {secret}"
+    alphabet: str = "0123456789"
+    secret_length: int = 6
+    n_alternatives: int = 1000
+
+
+@dataclass
+class SoftSettings:
+    """Selective obfuscation (SOFT); off when `rule` is None, else "paper" or "release"."""
+
+    rule: str | None = None
+    select_ratio: float | None = None  # release rule only (default 0.5)
+    warmup_epochs: int | None = None  # default: 1 for the paper rule, 0 for the release rule
+    cumulative: bool = True
+    paraphraser: str = "neighbour"
+    paraphraser_model: str | None = None  # default: the run's base model
+    prefix_keep_ratio: float = 0.5
+    mode: str = "prefix+rewrite"  # or "rewrite-only", as the released code trained
+
+
+@dataclass
+class RunConfig:
+    """One training run: model, data, training (LoRA rank, alpha, targets; `lora: null` for full), defences, audit."""
+
+    model: str = DEFAULT_MODEL
+    data: DataSettings = field(default_factory=DataSettings)
+    training: FinetuneSettings = field(default_factory=FinetuneSettings)
+    canaries: CanarySettings = field(default_factory=CanarySettings)
+    soft: SoftSettings = field(default_factory=SoftSettings)
+    audit: AuditConfig = field(default_factory=AuditConfig)
+    audit_every_n_epochs: int | None = None
+
+
+@dataclass
+class RunResult:
+    """What a run produced: the final audit, the SOFT selections, canary exposure and timings."""
+
+    report: AuditReport
+    output_dir: Path
+    train_seconds: float
+    soft_history: list[dict] = field(default_factory=list)
+
+
+def load_split(settings: DataSettings) -> MembershipSplit:
+    """The seeded membership split of the configured texts."""
+    if (settings.corpus is None) == (settings.path is None):
+        raise ValueError("Set exactly one of data.corpus (a built-in corpus) and data.path (a file of texts).")
+    texts = load_corpus(settings.corpus) if settings.corpus else load_texts(settings.path, settings.text_column)
+    if settings.max_words is not None:
+        texts = [t for t in texts if len(t.split()) <= settings.max_words]
+    source = settings.corpus or settings.path
+    if settings.max_words is not None:
+        source = f"{source} (≤ {settings.max_words} words)"
+    return MembershipSplit.random(texts, n_members=settings.n_members, n_non_members=settings.n_non_members,
+                                  n_validation=settings.n_validation, seed=settings.seed, source=source)
+
+
+def _canary_plan(settings: CanarySettings, seed: int) -> CanaryPlan | None:
+    if settings.n_canaries == 0:
+        return None
+    return CanaryPlan(template=settings.template, alphabet=settings.alphabet, secret_length=settings.secret_length,
+                      n_canaries=settings.n_canaries, copies=settings.copies,
+                      n_alternatives=settings.n_alternatives, seed=seed)
+
+
+def _obfuscations(config: RunConfig, texts: list[str], out: Path) -> list[str]:
+    """Local paraphrases of the training texts, cached by content hash under the user's cache."""
+    soft = config.soft
+    options = {"model": soft.paraphraser_model or config.model} if soft.paraphraser != "wordnet" else {}
+    paraphraser = build_paraphraser(soft.paraphraser, **options)
+    results = obfuscate(texts, paraphraser, prefix_keep_ratio=soft.prefix_keep_ratio, mode=soft.mode,
+                        cache=ParaphraseCache(cache_dir() / "paraphrases"), seed=config.data.seed)
+    atomic_write_text(out / "obfuscations.json", json.dumps(
+        [{"original": r.original, "text": r.text, "fallback": r.fallback, "reason": r.reason} for r in results],
+        ensure_ascii=False, indent=1))
+    return [r.text for r in results]
+
+
+def run_training(config: RunConfig) -> RunResult:
+    """Run the configured fine-tune with its callbacks and return the final audit."""
+    from privft.defend.soft import prepare_soft
+
+    out = Path(config.training.output_dir)
+    split = load_split(config.data)
+    split.save(out / "split.json")
+    plan = _canary_plan(config.canaries, config.data.seed)
+    train_texts = list(split.members)
+    if plan is not None:
+        plan.check_absent(split.non_members, split.validation)
+        train_texts = plan.insert(train_texts)
+    atomic_write_text(out / "manifest.json", json.dumps({
+        "config": to_dict(config), "versions": package_versions(), "split": "split.json",
+        "canaries": plan.to_dict() if plan else None}, indent=1))
+    model, tokenizer = load_model(config.model)
+
+    callbacks: list[TrainerCallback] = []
+    canary_callback = CanaryCallback(plan, tokenizer) if plan else None
+    soft_callback = None
+    if config.soft.rule is not None:
+        dataset, soft_callback = prepare_soft(
+            tokenizer, train_texts, _obfuscations(config, train_texts, out), split.validation,
+            rule=config.soft.rule, max_length=config.training.max_length, select_ratio=config.soft.select_ratio,
+            warmup_epochs=config.soft.warmup_epochs, cumulative=config.soft.cumulative,
+            batch_size=config.audit.batch_size)
+        callbacks.append(soft_callback)
+    else:
+        dataset = tokenize_for_training(tokenizer, train_texts, config.training.max_length)
+    if canary_callback:
+        callbacks.append(canary_callback)  # before the audit, which reads its exposure
+    audit_callback = PrivacyAuditCallback(split, tokenizer, config=config.audit, canary_callback=canary_callback,
+                                          every_n_epochs=config.audit_every_n_epochs, output_dir=str(out),
+                                          model_name=config.model)
+    callbacks.append(audit_callback)
+
+    trainer = build_trainer(model, tokenizer, dataset, config.training, callbacks)
+    start = time.perf_counter()
+    trainer.train()
+    train_seconds = time.perf_counter() - start
+    trainer.save_model(str(out / "model"))
+    tokenizer.save_pretrained(str(out / "model"))
+    write_model_card_section(out / "model", audit_callback.report)
+    return RunResult(audit_callback.report, out, train_seconds,
+                     soft_callback.history if soft_callback else [])

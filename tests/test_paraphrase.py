@@ -1,0 +1,324 @@
+"""Local paraphrasers, the obfuscation filter, fallback and cache; offline, on tiny models and fake WordNet files."""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import re
+import socket
+
+import pytest
+import torch
+
+from privft.paraphrase import (
+    INSTRUCTIONS,
+    PARAPHRASERS,
+    SYSTEM_PROMPT,
+    LLMParaphraser,
+    MissingResourceError,
+    NeighbourParaphraser,
+    ParaphraseCache,
+    Paraphraser,
+    WordNetParaphraser,
+    build_messages,
+    build_paraphraser,
+    clean_reply,
+    obfuscate,
+    split_prefix,
+    word_similarity,
+)
+from privft.paraphrase.wordnet import load_synonyms
+
+TEXT = "the quick brown fox jumps over the lazy dog near the river bank"
+PREFIX, SUFFIX = "the quick brown fox jumps over ", "the lazy dog near the river bank"
+GOOD = "the sleepy dog near the river bank"
+UNRELATED = "a violin concerto premiered in vienna"
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<|endoftext|>{{ message['role'] }}\n{{ message['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|endoftext|>assistant\n{% endif %}"
+)
+FAKE_WORDNET = {
+    "data.noun": [
+        "  1 This software and database is being provided to you, the LICENSEE, by  ",
+        "  2 Princeton University under the following license.  By obtaining, using  ",
+        "02958343 06 n 05 car 0 auto 0 automobile 0 machine 0 motorcar 0 001 @ 03791235 n 0000 | a motor vehicle",
+        "03791235 06 n 02 motor_vehicle 0 automotive_vehicle 0 000 | a self-propelled wheeled vehicle",
+    ],
+    "data.verb": ["01835496 38 v 02 travel 0 journey 0 000 01 + 02 00 | change location"],
+    "data.adj": ["01386883 00 s 02 great(a) 0 big(a) 0 000 | relatively large in size"],
+    "data.adv": [
+        "00085811 02 r 03 quickly 0 rapidly 0 speedily 0 000 | with rapid movements",
+        "00031899 02 r 02 very 0 really 0 000 | to a high degree",
+    ],
+}
+
+
+class Scripted(Paraphraser):
+    """A paraphraser that answers from a function of (text, seed) and records its calls."""
+
+    name = "scripted"
+
+    def __init__(self, reply):
+        self.reply, self.calls = reply, []
+
+    def rewrite(self, text: str, *, seed: int) -> str:
+        self.calls.append((text, seed))
+        return self.reply(text, seed)
+
+    def settings(self) -> dict:
+        return {"version": 1}
+
+
+def by_seed(*replies: str):
+    """A reply function returning replies[seed]."""
+    return lambda text, seed: replies[seed]
+
+
+@pytest.fixture()
+def chat_tokenizer(tokenizer):
+    """A copy of the test tokenizer with a minimal chat template."""
+    chat = copy.deepcopy(tokenizer)
+    chat.chat_template = CHAT_TEMPLATE
+    return chat
+
+
+@pytest.fixture()
+def wordnet_dir(tmp_path):
+    """A folder of WordNet data files in the real format, a few lines each."""
+    for name, lines in FAKE_WORDNET.items():
+        (tmp_path / name).write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return tmp_path
+
+
+def letter_skeleton(text: str) -> str:
+    """`text` with every run of letters replaced by one placeholder: what a word-for-word swap keeps."""
+    return re.sub(r"[^\W\d_]+", "W", text)
+
+
+# --- splitting, filter, fallback ---------------------------------------------------------------
+
+def test_split_keeps_the_first_share_of_words_with_their_spacing():
+    assert split_prefix(TEXT, 0.5) == (PREFIX, SUFFIX)
+    assert split_prefix(TEXT, 0.0) == ("", TEXT)
+    assert split_prefix("one  two\nthree four", 0.5) == ("one  two\n", "three four")
+
+
+@pytest.mark.parametrize("ratio", [-0.1, 1.0, 1.5])
+def test_prefix_keep_ratio_outside_0_1_is_refused(ratio):
+    with pytest.raises(ValueError, match=r"prefix_keep_ratio=.* must be in \[0, 1\)"):
+        obfuscate([TEXT], Scripted(lambda text, seed: text), prefix_keep_ratio=ratio)
+
+
+def test_modes_keep_the_prefix_or_return_the_rewritten_suffix_alone():
+    paraphraser = Scripted(lambda text, seed: text.replace("lazy", "sleepy"))
+    [kept] = obfuscate([TEXT], paraphraser)
+    [alone] = obfuscate([TEXT], paraphraser, mode="rewrite-only")
+    [whole] = obfuscate(["a lazy cat sat on the lazy mat"], paraphraser, prefix_keep_ratio=0)
+    assert kept.text == PREFIX + GOOD and alone.text == GOOD
+    assert (kept.attempts, kept.fallback, kept.reason, kept.original) == (1, False, None, TEXT)
+    assert whole.text == "a sleepy cat sat on the sleepy mat"
+    assert paraphraser.calls[0] == (SUFFIX, 0)
+    with pytest.raises(ValueError, match="prefix\\+rewrite, rewrite-only"):
+        obfuscate([TEXT], paraphraser, mode="suffix")
+
+
+def test_rejected_rewrites_are_retried_with_the_next_seed():
+    paraphraser = Scripted(by_seed("", SUFFIX.upper(), "word " * 40, UNRELATED, GOOD))
+    [result] = obfuscate([TEXT], paraphraser, retries=4, seed=0)
+    assert [seed for _, seed in paraphraser.calls] == [0, 1, 2, 3, 4]
+    assert (result.text, result.attempts, result.fallback) == (PREFIX + GOOD, 5, False)
+    for reason in ("seed 0: empty", "seed 1: unchanged", "seed 2: too long", "seed 3: too dissimilar"):
+        assert reason in result.reason
+
+
+def test_when_every_try_fails_the_last_changed_candidate_is_kept_and_logged(caplog):
+    paraphraser = Scripted(by_seed(UNRELATED, "", "dog", SUFFIX))
+    with caplog.at_level(logging.WARNING, logger="privft.paraphrase"):
+        [result] = obfuscate([TEXT], paraphraser, retries=3)
+    assert (result.text, result.attempts, result.fallback) == (PREFIX + "dog", 4, True)
+    assert "too short" in result.reason and "last non-empty changed candidate" in result.reason
+    assert "Text 0: all 4 rewrites rejected" in caplog.text
+
+
+def test_when_no_candidate_changes_anything_the_original_is_kept_and_flagged(caplog):
+    with caplog.at_level(logging.WARNING, logger="privft.paraphrase"):
+        [result] = obfuscate([TEXT], Scripted(lambda text, seed: text), retries=1)
+        [empty] = obfuscate(["   "], Scripted(lambda text, seed: "never called"))
+    assert (result.text, result.fallback, result.attempts) == (TEXT, True, 2)
+    assert "kept the original text" in result.reason
+    assert (empty.fallback, empty.attempts) == (True, 0) and "nothing to rewrite" in empty.reason
+    assert [record.name for record in caplog.records] == ["privft.paraphrase"] * 2
+
+
+def test_filter_settings_and_texts_are_validated():
+    paraphraser = Scripted(lambda text, seed: text)
+    with pytest.raises(ValueError, match="min_similarity"):
+        obfuscate([TEXT], paraphraser, min_similarity=1.5)
+    with pytest.raises(ValueError, match="max_length_ratio"):
+        obfuscate([TEXT], paraphraser, max_length_ratio=0.5)
+    with pytest.raises(TypeError, match="Text 1 is a int"):
+        obfuscate([TEXT, 3], Scripted(lambda text, seed: text.replace("lazy", "idle")))
+
+
+def test_word_similarity_is_a_word_level_ratio():
+    assert word_similarity("The cat sat.", "the CAT sat") == 1.0
+    assert word_similarity("one two", "three four") == 0.0
+    assert word_similarity(SUFFIX, GOOD) == pytest.approx(2 * 6 / 14)
+
+
+# --- cache ------------------------------------------------------------------------------------
+
+def test_cache_serves_repeated_inputs_without_calling_the_paraphraser(tmp_path):
+    cache = ParaphraseCache(tmp_path / "cache")
+    paraphraser = Scripted(lambda text, seed: text.replace("lazy", "sleepy"))
+    first = obfuscate([TEXT, "an afternoon in the lazy sun"], paraphraser, cache=cache)
+    assert len(paraphraser.calls) == 2
+    second = obfuscate([TEXT, "an afternoon in the lazy sun"], paraphraser, cache=cache)
+    assert second == first and len(paraphraser.calls) == 2
+    obfuscate([TEXT], paraphraser, cache=cache, seed=7)
+    obfuscate([TEXT], paraphraser, cache=cache, mode="rewrite-only")
+    assert len(paraphraser.calls) == 4
+    entries = sorted((tmp_path / "cache").glob("*/*.json"))
+    assert len(entries) == 4
+    assert {json.loads(entry.read_text())["original"] for entry in entries} == {TEXT, "an afternoon in the lazy sun"}
+
+
+# --- neighbour paraphraser ---------------------------------------------------------------------
+
+def test_neighbour_swaps_whole_words_reproducibly(tiny_model, tokenizer, local_texts):
+    paraphraser = NeighbourParaphraser(tiny_model, tokenizer, fraction=0.3, top_k=5)
+    text = local_texts[3]
+    rewrites = [paraphraser.rewrite(text, seed=seed) for seed in (0, 0, 1)]
+    assert rewrites[0] == rewrites[1] != rewrites[2]
+    assert all(letter_skeleton(rewrite) == letter_skeleton(text) for rewrite in rewrites)
+    assert rewrites[0].split()[0] == text.split()[0]
+    changed = sum(a != b for a, b in zip(text.split(), rewrites[0].split()))
+    assert 1 <= changed <= len(text.split()) * 0.3 + 1
+    json.dumps(paraphraser.settings())
+
+
+def test_neighbour_handles_texts_longer_than_the_context(tiny_model, tokenizer, local_texts):
+    text = " ".join(local_texts[:10])
+    assert len(tokenizer(text)["input_ids"]) > 2 * tiny_model.config.max_position_embeddings
+    rewrite = NeighbourParaphraser(tiny_model, tokenizer, fraction=1.0).rewrite(text, seed=0)
+    assert letter_skeleton(rewrite) == letter_skeleton(text)
+    assert rewrite[-200:] != text[-200:]  # the last window was rewritten too
+
+
+# --- LLM paraphraser ---------------------------------------------------------------------------
+
+def test_prompts_are_the_papers_verbatim():
+    text_instruction = ("Rewrite the following paragraph by replacing every word with an alternative term that does"
+                        " not share the same root or spelling. Preserve the same meaning and sentence structure as"
+                        " much as possible.")
+    code_instruction = ("Rewrite the following code so it preserves the same functionality and flow, but changes all"
+                        " variable names, function names, and comments. Maintain the same input-output behavior."
+                        " Keep it in the same programming language.")
+    assert build_messages("A cat.") == [
+        {"role": "system", "content": "You are a helpful text rewriting assistant."},
+        {"role": "user", "content": text_instruction + '\n"""\nA cat.\n"""'},
+    ]
+    assert build_messages("x = 1", "code") == [{"role": "user", "content": code_instruction + '\n"""\nx = 1\n"""'}]
+    assert INSTRUCTIONS["text"] == text_instruction and SYSTEM_PROMPT.startswith("You are")
+
+
+@pytest.mark.parametrize(("reply", "expected"), [
+    ('Sure! Here is the rewritten paragraph:\n"""\nA feline sat.\n"""\nNote: I changed words.', "A feline sat."),
+    ("Here is the rewritten paragraph:\nA feline sat.\n\nNote: every word was replaced.", "A feline sat."),
+    ("Sure, here you go.\nA feline sat.\nIt purred.", "A feline sat.\nIt purred."),
+    ("```python\ndef g(y):\n    return y\n```\nThis version renames x.", "def g(y):\n    return y"),
+    ("def g(y):\n    return y", "def g(y):\n    return y"),
+    ('"""A feline sat.', "A feline sat."),
+    ("A feline sat.", "A feline sat."),
+])
+def test_meta_text_is_stripped_from_replies(reply, expected):
+    assert clean_reply(reply) == expected
+
+
+def test_llm_rewrite_is_seeded_and_leaves_the_global_rng_alone(tiny_model, chat_tokenizer):
+    paraphraser = LLMParaphraser(tiny_model, chat_tokenizer, max_new_tokens=12)
+    torch.manual_seed(123)
+    first = paraphraser.rewrite("The cat sat on the mat.", seed=5)
+    after = torch.rand(1)
+    torch.manual_seed(123)
+    assert paraphraser.rewrite("The cat sat on the mat.", seed=5) == first
+    assert torch.equal(torch.rand(1), after)
+    assert isinstance(first, str)
+    assert json.dumps(paraphraser.settings())
+
+
+def test_llm_needs_a_chat_template(tiny_model, tokenizer):
+    with pytest.raises(ValueError, match="no chat template"):
+        LLMParaphraser(tiny_model, tokenizer)
+    with pytest.raises(ValueError, match="domain='poetry'"):
+        build_messages("x", "poetry")
+
+
+# --- WordNet paraphraser -----------------------------------------------------------------------
+
+def test_wordnet_data_files_are_parsed(wordnet_dir):
+    synonyms = load_synonyms(wordnet_dir)
+    assert synonyms["car"] == ("auto", "automobile", "machine", "motorcar")
+    assert synonyms["motor vehicle"] == ("automotive vehicle",)
+    assert synonyms["big"] == ("great",) and synonyms["journey"] == ("travel",)
+    assert not any(key.startswith("1") or "(" in key for key in synonyms)
+
+
+def test_wordnet_substitutes_synonyms_in_the_original_case(wordnet_dir):
+    paraphraser = WordNetParaphraser(fraction=1.0, wordnet_dir=wordnet_dir)
+    text = "The Car moved QUICKLY and very far, my big car."
+    rewrite = paraphraser.rewrite(text, seed=0)
+    assert rewrite == paraphraser.rewrite(text, seed=0)
+    words = rewrite.split()
+    assert words[0] == "The" and words[1] in {"Auto", "Automobile", "Machine", "Motorcar"}
+    assert words[3] in {"RAPIDLY", "SPEEDILY"} and words[5] == "very" and words[8] == "great"
+    assert letter_skeleton(rewrite) == letter_skeleton(text)
+
+
+def test_missing_or_malformed_wordnet_files_are_reported(tmp_path, wordnet_dir):
+    with pytest.raises(MissingResourceError, match=r"apt-get install wordnet-base.*wordnet_dir="):
+        WordNetParaphraser(wordnet_dir=tmp_path / "empty")
+    (wordnet_dir / "data.adv").write_text("00085811 02 r zz quickly 0\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"data.adv:1: not a WordNet 3.0 data line"):
+        WordNetParaphraser(wordnet_dir=wordnet_dir)
+
+
+# --- registry and offline guarantee -------------------------------------------------------------
+
+def test_registry_builds_by_name_and_lists_known_names(wordnet_dir, tiny_model, tokenizer, tmp_path):
+    assert set(PARAPHRASERS) == {"neighbour", "llm", "wordnet"}
+    assert isinstance(build_paraphraser("wordnet", wordnet_dir=wordnet_dir), WordNetParaphraser)
+    tiny_model.save_pretrained(tmp_path / "tiny")
+    tokenizer.save_pretrained(tmp_path / "tiny")
+    neighbour = build_paraphraser("neighbour", model=str(tmp_path / "tiny"), top_k=3)
+    assert isinstance(neighbour, NeighbourParaphraser) and neighbour.top_k == 3
+    with pytest.raises(ValueError, match="known paraphrasers: llm, neighbour, wordnet"):
+        build_paraphraser("gpt-4o")
+
+
+def test_paraphrasing_works_with_sockets_blocked(monkeypatch, tiny_model, chat_tokenizer, wordnet_dir):
+    def refuse(*args, **kwargs):
+        raise OSError("network access attempted during paraphrasing")
+
+    for target, name in ((socket.socket, "connect"), (socket.socket, "connect_ex"), (socket, "create_connection")):
+        monkeypatch.setattr(target, name, refuse)
+    texts = ["The car moved quickly along the river bank in the early morning light."]
+    paraphrasers = [
+        NeighbourParaphraser(tiny_model, chat_tokenizer, fraction=0.5),
+        LLMParaphraser(tiny_model, chat_tokenizer, max_new_tokens=8),
+        WordNetParaphraser(fraction=1.0, wordnet_dir=wordnet_dir),
+    ]
+    for paraphraser in paraphrasers:
+        [result] = obfuscate(texts, paraphraser, retries=1)
+        assert result.text.startswith("The car moved quickly along the ") and 1 <= result.attempts <= 2
+
+
+@pytest.mark.slow
+def test_smollm2_paraphrases_a_wiki_text():
+    from privft.data import load_corpus
+
+    texts = load_corpus("wiki", limit=1)
+    [result] = obfuscate(texts, LLMParaphraser.default(max_new_tokens=64), retries=0)
+    assert result.text.startswith(split_prefix(texts[0], 0.5)[0])
+    assert result.fallback is False or result.reason

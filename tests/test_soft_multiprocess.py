@@ -1,0 +1,99 @@
+"""SOFT under two CPU processes (accelerate launch): rank 0 selects, every rank serves the same mask."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+N_TRAIN, EPOCHS = 16, 3
+
+SCRIPT = textwrap.dedent('''
+    """Train the tiny model with SOFT (paper rule, no warm-up, so the untrained model's selection is mixed);
+    each rank writes what it served to <out>/rank<r>.json."""
+    import json, math, sys
+    import pydoc_data.topics
+    import torch.distributed as dist
+    from transformers import DataCollatorForLanguageModeling, Trainer, TrainerCallback, TrainingArguments
+    import privft.callbacks.soft as soft_module
+    from privft.defend.soft import prepare_soft
+    from privft.models import build_tiny_llama, train_bpe_tokenizer
+
+    out, n_train, epochs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    paragraphs = (p.strip() for topic in pydoc_data.topics.topics.values() for p in topic.split("\\n\\n"))
+    texts = list(dict.fromkeys(p[:120] for p in paragraphs if len(p.split()) >= 8))
+    tokenizer = train_bpe_tokenizer(texts, vocab_size=1024)
+    train, validation = texts[:n_train], texts[n_train:n_train + 8]
+    view, soft = prepare_soft(tokenizer, train, [" ".join(reversed(t.split())) for t in train], validation,
+                              warmup_epochs=0, cumulative=False)
+
+    scored = []  # how often this rank ran the scorer
+    score = soft_module.sample_losses
+    soft_module.sample_losses = lambda *args, **kwargs: scored.append(1) or score(*args, **kwargs)
+
+    record = {"masks": {}, "seen": {}}  # per epoch: the served mask; (index, obfuscated?) of every row fed
+    lookup = {tuple(view.original[i]["input_ids"]): (i, False) for i in range(len(view))}
+    lookup.update({tuple(view.obfuscated[i]["input_ids"]): (i, True) for i in range(len(view))})
+
+    class Recorder(TrainerCallback):
+        epoch = 0
+        def on_step_begin(self, args, state, control, **kwargs):
+            self.epoch = math.floor(state.epoch + 1e-6)
+            record["masks"].setdefault(self.epoch, view.mask.tolist())
+
+    recorder = Recorder()
+    model = build_tiny_llama(tokenizer)
+
+    def hook(module, args, kwargs):
+        for ids, keep in zip(kwargs["input_ids"], kwargs["attention_mask"]):
+            record["seen"].setdefault(recorder.epoch, []).append(lookup[tuple(ids[keep.bool()].tolist())])
+
+    model.register_forward_pre_hook(hook, with_kwargs=True)
+    args = TrainingArguments(output_dir=out, num_train_epochs=epochs, per_device_train_batch_size=4,
+                             learning_rate=1e-3, seed=0, use_cpu=True, report_to="none", save_strategy="no",
+                             logging_strategy="no", disable_tqdm=True)
+    trainer = Trainer(model=model, args=args, train_dataset=view, processing_class=tokenizer,
+                      data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False), callbacks=[soft, recorder])
+    trainer.train()
+    record.update(rank=dist.get_rank(), world_size=dist.get_world_size(), scored=len(scored), history=soft.history)
+    with open(f"{out}/rank{dist.get_rank()}.json", "w") as f:
+        json.dump(record, f)
+''')
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_ranks_serve_the_mask_rank_zero_selected(tmp_path: Path):
+    script = tmp_path / "train_soft.py"
+    script.write_text(SCRIPT)
+    # `accelerate launch --cpu` starts ONE process unless an MPI hostfile is given; `--multi_gpu` selects the
+    # torchrun launcher, and the script's `use_cpu=True` makes it two CPU processes over gloo.
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+               "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
+               "--main_process_port", str(_free_port()), str(script), str(tmp_path), str(N_TRAIN), str(EPOCHS)]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-4000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert [r["world_size"] for r in ranks] == [2, 2]
+    assert ranks[0]["masks"] == ranks[1]["masks"] and ranks[0]["history"] == ranks[1]["history"]
+    assert len(ranks[0]["history"]) == EPOCHS  # a selection per epoch
+    assert ranks[0]["scored"] == 2 * EPOCHS and ranks[1]["scored"] == 0  # train + validation, on rank 0 only
+    for epoch in map(str, range(EPOCHS)):
+        mask = ranks[0]["masks"][epoch]
+        for rank in ranks:
+            assert all(obfuscated == mask[index] for index, obfuscated in rank["seen"][epoch])
+        assert sorted(i for rank in ranks for i, _ in rank["seen"][epoch]) == list(range(N_TRAIN))
+    assert 0 < sum(ranks[0]["masks"]["0"]) < N_TRAIN  # a mixed mask, so a rank-dependent serving would show
