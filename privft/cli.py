@@ -55,8 +55,8 @@ def _train(args: argparse.Namespace) -> None:
 def _demo(args: argparse.Namespace) -> None:
     from privft.demo import DemoSettings, run_demo
 
-    run_demo(DemoSettings(n_members=args.members, n_non_members=args.non_members, epochs=args.epochs,
-                          seed=args.seed, output_dir=args.out))
+    run_demo(DemoSettings(model=args.model, n_members=args.members, n_non_members=args.non_members,
+                          epochs=args.epochs, seed=args.seed, output_dir=args.out))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -86,9 +86,10 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--write-default", action="store_true", help="write the default config to CONFIG and exit")
     train.set_defaults(run=_train)
 
-    demo = commands.add_parser("demo", help="LoRA fine-tune the embedded default on wiki, then audit it")
-    demo.add_argument("--members", type=int, default=200)
-    demo.add_argument("--non-members", type=int, default=200)
+    demo = commands.add_parser("demo", help="undefended LoRA vs SOFT on the embedded default, audited side by side")
+    demo.add_argument("--model", default="smollm2-135m", help="hub id, local path or 'smollm2-135m'")
+    demo.add_argument("--members", type=int, default=100)
+    demo.add_argument("--non-members", type=int, default=100)
     demo.add_argument("--epochs", type=int, default=3)
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--out", default="runs/demo")

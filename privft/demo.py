@@ -1,49 +1,59 @@
-"""The main job: LoRA fine-tune the embedded default on a random wiki split, then audit it."""
+"""The main job: undefended LoRA and SOFT (paper rule) on the same wiki split of the embedded default, audited."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from privft.audit import AuditConfig, run_audit
-from privft.data import MembershipSplit, load_corpus
-from privft.models import DEFAULT_MODEL, load_model
-from privft.report import AuditReport
-from privft.training import FinetuneSettings, finetune
+from privft.audit import AuditConfig
+from privft.io import atomic_write_text
+from privft.models import DEFAULT_MODEL
+from privft.pipeline import CanarySettings, DataSettings, RunConfig, RunResult, SoftSettings, run_training
+from privft.report import comparison_markdown
+from privft.training import FinetuneSettings
 
 
 @dataclass
 class DemoSettings:
-    """Sizes chosen so the demo finishes in about ten minutes on two CPU cores."""
+    """Sizes chosen so both runs and their audits finish in about ten minutes on two CPU cores."""
 
     model: str = DEFAULT_MODEL
-    corpus: str = "wiki"
-    max_words: int = 60  # short summaries: about 80 tokens, so nothing is truncated in training
-    n_members: int = 200
-    n_non_members: int = 200
-    n_validation: int = 50
+    n_members: int = 100
+    n_non_members: int = 100
+    n_validation: int = 40
     epochs: int = 3
+    n_canaries: int = 4
     seed: int = 0
     output_dir: str = "runs/demo"
 
 
-def run_demo(settings: DemoSettings | None = None) -> AuditReport:
-    """Split, fine-tune with LoRA and the plain Trainer, audit, print the table and save the report."""
-    settings = settings or DemoSettings()
+def demo_configs(settings: DemoSettings) -> dict[str, RunConfig]:
+    """The undefended and the SOFT run: same split, canaries, training settings and audit."""
     out = Path(settings.output_dir)
-    texts = [t for t in load_corpus(settings.corpus) if len(t.split()) <= settings.max_words]
-    split = MembershipSplit.random(texts, n_members=settings.n_members, n_non_members=settings.n_non_members,
-                                   n_validation=settings.n_validation, seed=settings.seed,
-                                   source=f"{settings.corpus} (≤ {settings.max_words} words)")
-    split.save(out / "split.json")
-    print(f"Split: {len(split.members)} members, {len(split.non_members)} non-members, "
-          f"{len(split.validation)} validation texts from {split.source}.")
-    model, tokenizer = load_model(settings.model)
-    model = finetune(model, tokenizer, split.members,
-                     FinetuneSettings(epochs=settings.epochs, seed=settings.seed, output_dir=str(out / "trainer")))
-    report = run_audit(model, tokenizer, split, config=AuditConfig(seed=settings.seed), model_name=settings.model
-                       + " + LoRA")
-    paths = report.save(out)
-    print(report.to_markdown())
-    print(f"Report: {paths['json']}, {paths['markdown']}, {paths['roc']}")
-    return report
+    undefended = RunConfig(
+        model=settings.model,
+        data=DataSettings(corpus="wiki", max_words=60, n_members=settings.n_members,
+                          n_non_members=settings.n_non_members, n_validation=settings.n_validation,
+                          seed=settings.seed),
+        training=FinetuneSettings(epochs=settings.epochs, seed=settings.seed, output_dir=str(out / "undefended")),
+        canaries=CanarySettings(n_canaries=settings.n_canaries, copies=4, n_alternatives=200),
+        audit=AuditConfig(seed=settings.seed),
+    )
+    soft = dataclasses.replace(
+        undefended, soft=SoftSettings(rule="paper"),
+        training=dataclasses.replace(undefended.training, output_dir=str(out / "soft")))
+    return {"undefended": undefended, "SOFT (paper rule)": soft}
+
+
+def run_demo(settings: DemoSettings | None = None) -> dict[str, RunResult]:
+    """Train and audit both runs, then print and save the side-by-side comparison."""
+    settings = settings or DemoSettings()
+    results = {name: run_training(config) for name, config in demo_configs(settings).items()}
+    table = comparison_markdown({name: r.report for name, r in results.items()})
+    timing = "\n".join(f"- {name}: training took {r.train_seconds:.0f} s" for name, r in results.items())
+    text = f"## privft demo: {settings.model} + LoRA on wiki\n\n{table}\n{timing}\n"
+    path = atomic_write_text(Path(settings.output_dir) / "comparison.md", text)
+    print(text)
+    print(f"Reports: {Path(settings.output_dir)}/*/report.md; this table: {path}")
+    return results

@@ -175,3 +175,35 @@ class AuditReport:
             "markdown": atomic_write_text(directory / "report.md", self.to_markdown()),
             "roc": atomic_write_bytes(directory / "roc.png", self.roc_png()),
         }
+
+
+def comparison_markdown(reports: dict[str, AuditReport]) -> str:
+    """Audits of several runs on the same split, side by side: AUC and TPR at the first FPR ceiling per attack."""
+    names = list(reports)
+    first = reports[names[0]]
+    splits = {json.dumps(r.split, sort_keys=True) for r in reports.values()}
+    if len(splits) != 1:
+        raise ValueError(f"Runs {names} were audited on different splits; compare runs on the same split only.")
+    fpr = first.blind_baseline.tpr_at_fpr[0].max_fpr
+    header = ["Attack", *[f"AUC {n}" for n in names], *[f"TPR@{fpr * 100:g} % {n}" for n in names]]
+    lines = [f"{first.split['n_members']} members vs {first.split['n_non_members']} non-members "
+             f"(split: {first.split['source']}, seed {first.split['seed']}).", "",
+             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    rows = {"blind baseline (no model)": [r.blind_baseline for r in reports.values()]}
+    rows |= {a: [r.attacks[a] for r in reports.values()] for a in first.attacks if all(a in r.attacks for r in
+                                                                                      reports.values())}
+    for attack, metrics in rows.items():
+        aucs = [f"{m.auc.auc:.3f} [{m.auc.ci_low:.2f}, {m.auc.ci_high:.2f}]" for m in metrics]
+        lines.append("| " + " | ".join([attack, *aucs, *[_tpr_cell(m.tpr_at_fpr[0]) for m in metrics]]) + " |")
+    lines.append("")
+    for name, report in reports.items():
+        p = report.perplexity
+        extra = ""
+        if report.canary_exposure:
+            extra = f"; canary exposure mean {report.canary_exposure['mean_exposure']:.2f} bits"
+        lines.append(f"- {name}: perplexity {p.value:.2f} on {p.n_texts} {p.on} texts{extra}"
+                     + ("; ⚠ distribution shift" if report.distribution_shift else ""))
+    warnings = sorted({w for r in reports.values() for w in r.warnings})
+    if warnings:
+        lines += ["", "Warnings:", *[f"- {w}" for w in warnings]]
+    return "\n".join(lines) + "\n"

@@ -27,7 +27,9 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from privft.io import atomic_write_bytes
 
 DEFAULT_MAX_LENGTH = 1024
-HEAD_CHUNK_ELEMENTS = 2**24  # logits elements per head chunk: 64 MB of fp32
+HEAD_CHUNK_ELEMENTS = 2**24  # logits per head block: 64 MB of fp32, so the head is a few large matmuls
+STATISTICS_CHUNK_ELEMENTS = 2**18  # logits per statistics slice: 1 MB, so its passes stay in cache
+MIN_STATISTICS_ROWS = 16  # thinner slices fragment the heap: tiny blocks of a 49k vocabulary grew RSS by GBs
 
 
 @dataclass(frozen=True)
@@ -160,22 +162,34 @@ def _check_head(model: PreTrainedModel) -> None:
                                "privft's chunked head does not support that yet.")
 
 
+def _statistics(logp: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """log p(target), μ and σ from a block of fp32 logits, overwritten in place (it becomes log p)."""
+    logp -= torch.logsumexp(logp, dim=-1, keepdim=True)
+    p = logp.exp()
+    mean = torch.linalg.vecdot(p, logp)
+    target_logp = logp.gather(1, targets[:, None]).squeeze(1)
+    variance = torch.linalg.vecdot(p, logp.sub_(mean[:, None]).square_())  # centred: no cancellation
+    return target_logp, mean, variance.clamp_min(0).sqrt()
+
+
 @torch.no_grad()
 def _head_statistics(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor
                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """log p(target), μ and σ of log p for each hidden row, in fp32, a chunk of rows at a time."""
+    """log p(target), μ and σ of log p for each hidden row, in fp32.
+
+    The head runs on blocks of rows (a few large matrix products); the statistics then walk
+    each block in cache-sized slices, since they are several passes over the vocabulary.
+    """
     vocab = head.weight.shape[0]
-    rows = max(1, HEAD_CHUNK_ELEMENTS // vocab)
-    lp, mu, sigma = [], [], []
-    for start in range(0, hidden.shape[0], rows):
-        logp = torch.log_softmax(head(hidden[start:start + rows]).float(), dim=-1)  # (rows, V)
-        p = logp.exp()
-        mean = (p * logp).sum(-1)
-        var = (p * (logp - mean[:, None]).square()).sum(-1)
-        lp.append(logp.gather(1, targets[start:start + rows, None]).squeeze(1))
-        mu.append(mean)
-        sigma.append(var.clamp_min(0).sqrt())
-        del logp, p
+    block_rows = max(1, HEAD_CHUNK_ELEMENTS // vocab)
+    slice_rows = max(MIN_STATISTICS_ROWS, STATISTICS_CHUNK_ELEMENTS // vocab)
+    pieces = []
+    for start in range(0, hidden.shape[0], block_rows):
+        logits = head(hidden[start:start + block_rows]).float()
+        block_targets = targets[start:start + block_rows]
+        pieces += [_statistics(logits[i:i + slice_rows], block_targets[i:i + slice_rows])
+                   for i in range(0, logits.shape[0], slice_rows)]
+    lp, mu, sigma = zip(*pieces)
     return torch.cat(lp), torch.cat(mu), torch.cat(sigma)
 
 

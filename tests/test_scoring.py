@@ -66,7 +66,9 @@ def test_min_k_plus_plus_matches_direct_full_vocabulary_computation(tiny_model, 
 def test_head_chunking_does_not_change_results(tiny_model, tokenizer, local_texts, monkeypatch):
     texts = _mixed_lengths(local_texts)[:4]
     whole = score_texts(tiny_model, tokenizer, texts)
-    monkeypatch.setattr(scoring, "HEAD_CHUNK_ELEMENTS", 1024 * 7)  # seven rows per chunk
+    monkeypatch.setattr(scoring, "HEAD_CHUNK_ELEMENTS", 1024 * 7)  # seven rows per head block
+    monkeypatch.setattr(scoring, "STATISTICS_CHUNK_ELEMENTS", 1024 * 3)  # three rows per statistics slice
+    monkeypatch.setattr(scoring, "MIN_STATISTICS_ROWS", 1)
     chunked = score_texts(tiny_model, tokenizer, texts)
     for a, b in zip(whole, chunked):
         np.testing.assert_allclose(a.std_logprob, b.std_logprob, atol=1e-6)
