@@ -89,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="undefended LoRA vs SOFT on the embedded default, audited side by side")
     demo.add_argument("--model", default="smollm2-135m", help="hub id, local path or 'smollm2-135m'")
     demo.add_argument("--members", type=int, default=100)
-    demo.add_argument("--non-members", type=int, default=100)
+    demo.add_argument("--non-members", type=int, default=200)
     demo.add_argument("--epochs", type=int, default=3)
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--out", default="runs/demo")

@@ -6,6 +6,7 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from transformers import TrainerCallback
 
@@ -58,6 +59,7 @@ class SoftSettings:
     cumulative: bool = True
     paraphraser: str = "neighbour"
     paraphraser_model: str | None = None  # default: the run's base model
+    paraphraser_options: dict[str, Any] = field(default_factory=dict)  # e.g. {"fraction": 0.5} for neighbour
     prefix_keep_ratio: float = 0.5
     mode: str = "prefix+rewrite"  # or "rewrite-only", as the released code trained
 
@@ -111,7 +113,7 @@ def _obfuscations(config: RunConfig, texts: list[str], out: Path) -> list[str]:
     """Local paraphrases of the training texts, cached by content hash under the user's cache."""
     soft = config.soft
     options = {"model": soft.paraphraser_model or config.model} if soft.paraphraser != "wordnet" else {}
-    paraphraser = build_paraphraser(soft.paraphraser, **options)
+    paraphraser = build_paraphraser(soft.paraphraser, **options, **soft.paraphraser_options)
     results = obfuscate(texts, paraphraser, prefix_keep_ratio=soft.prefix_keep_ratio, mode=soft.mode,
                         cache=ParaphraseCache(cache_dir() / "paraphrases"), seed=config.data.seed)
     atomic_write_text(out / "obfuscations.json", json.dumps(
@@ -160,6 +162,8 @@ def run_training(config: RunConfig) -> RunResult:
     start = time.perf_counter()
     trainer.train()
     train_seconds = time.perf_counter() - start
+    if soft_callback:
+        atomic_write_text(out / "soft_selections.json", json.dumps(soft_callback.history, indent=1))
     trainer.save_model(str(out / "model"))
     tokenizer.save_pretrained(str(out / "model"))
     write_model_card_section(out / "model", audit_callback.report)
