@@ -1,4 +1,5 @@
-"""SOFT under two CPU processes (accelerate launch): rank 0 selects, every rank serves the same mask."""
+"""The callbacks under two CPU processes (accelerate launch): rank 0 selects, every rank serves the same mask,
+canary exposure and the audit run once, on rank 0."""
 
 from __future__ import annotations
 
@@ -24,6 +25,10 @@ SCRIPT = textwrap.dedent('''
     import torch.distributed as dist
     from transformers import DataCollatorForLanguageModeling, Trainer, TrainerCallback, TrainingArguments
     import privft.callbacks.soft as soft_module
+    from privft.audit import AuditConfig
+    from privft.callbacks import CanaryCallback, PrivacyAuditCallback
+    from privft.data import MembershipSplit
+    from privft.data.canaries import CanaryPlan
     from privft.defend.soft import prepare_soft
     from privft.models import build_tiny_llama, train_bpe_tokenizer
 
@@ -31,9 +36,15 @@ SCRIPT = textwrap.dedent('''
     paragraphs = (p.strip() for topic in pydoc_data.topics.topics.values() for p in topic.split("\\n\\n"))
     texts = list(dict.fromkeys(p[:120] for p in paragraphs if len(p.split()) >= 8))
     tokenizer = train_bpe_tokenizer(texts, vocab_size=1024)
-    train, validation = texts[:n_train], texts[n_train:n_train + 8]
+    members, validation = texts[:n_train - 2], texts[n_train:n_train + 8]
+    split = MembershipSplit.from_texts(members, texts[n_train + 8:n_train + 24], validation)
+    plan = CanaryPlan(n_canaries=1, copies=2, n_alternatives=20)
+    train = plan.insert(members)
     view, soft = prepare_soft(tokenizer, train, [" ".join(reversed(t.split())) for t in train], validation,
                               warmup_epochs=0, cumulative=False)
+    canary = CanaryCallback(plan, tokenizer)
+    audit = PrivacyAuditCallback(split, tokenizer, config=AuditConfig(attacks=("loss", "ref_ratio")),
+                                 canary_callback=canary, output_dir=f"{out}/audit")
 
     scored = []  # how often this rank ran the scorer
     score = soft_module.sample_losses
@@ -61,9 +72,10 @@ SCRIPT = textwrap.dedent('''
                              learning_rate=1e-3, seed=0, use_cpu=True, report_to="none", save_strategy="no",
                              logging_strategy="no", disable_tqdm=True)
     trainer = Trainer(model=model, args=args, train_dataset=view, processing_class=tokenizer,
-                      data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False), callbacks=[soft, recorder])
+                      data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False), callbacks=[soft, recorder, canary, audit])
     trainer.train()
-    record.update(rank=dist.get_rank(), world_size=dist.get_world_size(), scored=len(scored), history=soft.history)
+    record.update(rank=dist.get_rank(), world_size=dist.get_world_size(), scored=len(scored), history=soft.history,
+                  audits=len(audit.reports), exposures=len(canary.results))
     with open(f"{out}/rank{dist.get_rank()}.json", "w") as f:
         json.dump(record, f)
 ''')
@@ -75,7 +87,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_two_ranks_serve_the_mask_rank_zero_selected(tmp_path: Path):
+def test_two_ranks_serve_one_mask_and_audit_once(tmp_path: Path):
     script = tmp_path / "train_soft.py"
     script.write_text(SCRIPT)
     # `accelerate launch --cpu` starts ONE process unless an MPI hostfile is given; `--multi_gpu` selects the
@@ -97,3 +109,5 @@ def test_two_ranks_serve_the_mask_rank_zero_selected(tmp_path: Path):
             assert all(obfuscated == mask[index] for index, obfuscated in rank["seen"][epoch])
         assert sorted(i for rank in ranks for i, _ in rank["seen"][epoch]) == list(range(N_TRAIN))
     assert 0 < sum(ranks[0]["masks"]["0"]) < N_TRAIN  # a mixed mask, so a rank-dependent serving would show
+    assert [r["audits"] for r in ranks] == [1, 0] and [r["exposures"] for r in ranks] == [1, 0]
+    assert (tmp_path / "audit" / "report.json").exists()
