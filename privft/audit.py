@@ -55,8 +55,12 @@ def _as_reference(model: PreTrainedModel) -> Iterator[PreTrainedModel]:
         yield model
 
 
-def _select_attacks(config: AuditConfig, available: set[str], same_tok: bool) -> tuple[list[str], list[str]]:
-    """The attacks to run and notes on those skipped; explicitly requested ones must be runnable."""
+def select_attacks(config: AuditConfig, available: set[str], same_tok: bool) -> tuple[list[str], list[str]]:
+    """The attacks to run and notes on those skipped; explicitly requested ones must be runnable.
+
+    `available` names the statistics that will exist ("reference", "lowercase"). Call it before
+    training to fail early on an audit that cannot run.
+    """
     names = list(config.attacks or DEFAULT_ATTACKS)
     chosen, notes = [], []
     for name in names:
@@ -129,7 +133,7 @@ def run_audit(
 
     inputs = AttackInputs(texts, target_stats, reference_stats, lowercase_stats, same_tok, config.min_k_fraction)
     available = {"lowercase"} | ({"reference"} if reference_stats is not None else set())
-    names, notes = _select_attacks(config, available, same_tok)
+    names, notes = select_attacks(config, available, same_tok)
     scores = {name: get_attack(name)(inputs) for name in names}
 
     def metrics(values: np.ndarray) -> AttackMetrics:

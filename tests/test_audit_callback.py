@@ -51,6 +51,15 @@ def test_model_card_section_is_replaced_not_duplicated(tiny_model, tokenizer, sp
     assert card.startswith("# My model") and card.count(CARD_START) == card.count(CARD_END) == 1
 
 
+def test_an_audit_that_cannot_run_fails_before_training(tiny_model, tokenizer, split, tmp_path):
+    callback = PrivacyAuditCallback(split, tokenizer, config=AuditConfig(attacks=("ref_ratio",)))
+    trainer = build_trainer(tiny_model, tokenizer, tokenize_for_training(tokenizer, split.members, 128),
+                            FinetuneSettings(epochs=1, output_dir=str(tmp_path), lora=None), callbacks=[callback])
+    with pytest.raises(ValueError, match="'ref_ratio' cannot run"):
+        trainer.train()
+    assert trainer.state.global_step == 0
+
+
 def test_bad_schedule_is_refused(tokenizer, split):
     with pytest.raises(ValueError, match="every_n_epochs"):
         PrivacyAuditCallback(split, tokenizer, every_n_epochs=0)
