@@ -51,7 +51,7 @@ def _batches(tokenizer, texts: list[str]) -> list[dict[str, torch.Tensor]]:
 def bare_forward(model, batches) -> None:
     """(a): logits of every batch, nothing else."""
     for batch in batches:
-        model(**batch).logits
+        model(**batch)
 
 
 @torch.no_grad()

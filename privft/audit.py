@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from privft.attacks import ATTACKS, DEFAULT_ATTACKS, SHIFT_AUC, AttackInputs, blind_baseline_scores, get_attack
+from privft.attacks import ATTACKS, DEFAULT_ATTACKS, AttackInputs, blind_baseline_scores, get_attack
 from privft.data import MembershipSplit
 from privft.metrics import DEFAULT_MAX_FPRS, AttackMetrics, PERPLEXITY_CONVENTION, evaluate_attack, perplexity
 from privft.report import AuditReport, PerplexityResult
