@@ -204,7 +204,8 @@ def _score_windows(model: PreTrainedModel, windows: list[_Window], pad_id: int
     for row, window in enumerate(windows):
         ids[row, :len(window.input_ids)] = torch.tensor(window.input_ids)
         mask[row, :len(window.input_ids)] = 1
-    hidden = model.get_decoder()(input_ids=ids.to(device), attention_mask=mask.to(device)).last_hidden_state
+    hidden = model.get_decoder()(input_ids=ids.to(device), attention_mask=mask.to(device),
+                                 use_cache=False).last_hidden_state  # no KV cache: nothing is generated
     rows, positions = [], []
     for row, window in enumerate(windows):
         targets = torch.arange(window.first_target, len(window.input_ids))
