@@ -51,14 +51,14 @@ def _batches(tokenizer, texts: list[str]) -> list[dict[str, torch.Tensor]]:
 def bare_forward(model, batches) -> None:
     """(a): logits of every batch, nothing else."""
     for batch in batches:
-        model(**batch)
+        model(**batch, use_cache=False)
 
 
 @torch.no_grad()
 def naive_pass(model, batches) -> None:
     """One forward pass as a per-attack script runs it: full-vocabulary log-softmax and gather."""
     for batch in batches:
-        logp = torch.log_softmax(model(**batch).logits[:, :-1].float(), dim=-1)
+        logp = torch.log_softmax(model(**batch, use_cache=False).logits[:, :-1].float(), dim=-1)
         logp.gather(2, batch["input_ids"][:, 1:, None])
         p = logp.exp()
         (p * logp).sum(-1)
