@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 
@@ -12,6 +11,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privft.attacks import ATTACKS, DEFAULT_ATTACKS, AttackInputs, blind_baseline_scores, get_attack
 from privft.data import MembershipSplit
+from privft.data.split import text_sha256
 from privft.metrics import DEFAULT_MAX_FPRS, AttackMetrics, PERPLEXITY_CONVENTION, evaluate_attack, perplexity
 from privft.report import AuditReport, PerplexityResult
 from privft.scoring import StatsCache, TokenStats, score_texts
@@ -78,10 +78,6 @@ def select_attacks(config: AuditConfig, available: set[str], same_tok: bool) -> 
         else:
             chosen.append(name)
     return chosen, notes
-
-
-def _sha256(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def run_audit(
@@ -156,6 +152,6 @@ def run_audit(
         ),
         scores={"blind_baseline": blind, **scores},
         labels=y_true,
-        text_sha256=[_sha256(t) for t in texts],
+        text_sha256=[text_sha256(t) for t in texts],
         notes=notes,
     )

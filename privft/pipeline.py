@@ -79,7 +79,7 @@ class RunConfig:
 
 @dataclass
 class RunResult:
-    """What a run produced: the final audit, the SOFT selections, canary exposure and timings."""
+    """What a run produced: the final audit (with canary exposure), the SOFT selections, the training time."""
 
     report: AuditReport
     output_dir: Path
@@ -92,10 +92,9 @@ def load_split(settings: DataSettings) -> MembershipSplit:
     if (settings.corpus is None) == (settings.path is None):
         raise ValueError("Set exactly one of data.corpus (a built-in corpus) and data.path (a file of texts).")
     texts = load_corpus(settings.corpus) if settings.corpus else load_texts(settings.path, settings.text_column)
-    if settings.max_words is not None:
-        texts = [t for t in texts if len(t.split()) <= settings.max_words]
     source = settings.corpus or settings.path
     if settings.max_words is not None:
+        texts = [t for t in texts if len(t.split()) <= settings.max_words]
         source = f"{source} (≤ {settings.max_words} words)"
     return MembershipSplit.random(texts, n_members=settings.n_members, n_non_members=settings.n_non_members,
                                   n_validation=settings.n_validation, seed=settings.seed, source=source)

@@ -133,7 +133,8 @@ def _context_length(model: PreTrainedModel, max_length: int | None) -> int:
     return max_length
 
 
-def _start_token(tokenizer: PreTrainedTokenizerBase) -> int:
+def start_token(tokenizer: PreTrainedTokenizerBase) -> int:
+    """The id every scored (and trained) text starts from: BOS, else EOS."""
     start = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
     if start is None:
         raise ScoringError("The tokenizer has neither a BOS nor an EOS token, so the first token of a "
@@ -146,7 +147,7 @@ def _tokenize(texts: Sequence[str], tokenizer: PreTrainedTokenizerBase) -> list[
     for index, text in enumerate(texts):
         if not isinstance(text, str) or not text.strip():
             raise ScoringError(f"Text {index} is empty or whitespace-only ({text!r}); drop it before scoring.")
-    start = _start_token(tokenizer)
+    start = start_token(tokenizer)
     encoded = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
     single = [i for i, ids in enumerate(encoded) if len(ids) == 1]
     if single:
@@ -257,7 +258,7 @@ def score_texts(
     pieces: dict[int, dict[int, tuple[np.ndarray, ...]]] = {i: {} for i in todo}
     was_training = model.training
     model.eval()
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else _start_token(tokenizer)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else start_token(tokenizer)
     try:
         for start in tqdm(range(0, len(windows), batch_size), desc=desc, disable=not windows, leave=False):
             batch = windows[start:start + batch_size]

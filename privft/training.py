@@ -19,7 +19,7 @@ from transformers import (
     TrainingArguments,
 )
 
-from privft.scoring import _start_token
+from privft.scoring import start_token
 
 ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
@@ -54,7 +54,7 @@ class FinetuneSettings:
 
 def tokenize_for_training(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], max_length: int) -> Dataset:
     """BOS-prefixed token ids, exactly as the audit scores them, truncated (with a warning) to `max_length`."""
-    start = _start_token(tokenizer)
+    start = start_token(tokenizer)
     encoded = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
     truncated = sum(len(ids) + 1 > max_length for ids in encoded)
     if truncated:

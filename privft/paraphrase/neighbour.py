@@ -15,6 +15,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privft.paraphrase.base import Paraphraser, model_identity
+from privft.scoring import start_token
 
 MAX_WINDOW = 1024  # tokens per forward pass; longer texts are cut into windows
 _LETTERS = re.compile(r"[^\W\d_]+")
@@ -44,10 +45,7 @@ class NeighbourParaphraser(Paraphraser):
         if not tokenizer.is_fast:
             raise ValueError(f"NeighbourParaphraser needs a fast tokenizer (offset mappings); "
                              f"{tokenizer.name_or_path or type(tokenizer).__name__} is not one.")
-        self._start_id = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
-        if self._start_id is None:
-            raise ValueError(f"The tokenizer {tokenizer.name_or_path!r} has neither a BOS nor an EOS token to start"
-                             " the text with; set tokenizer.bos_token.")
+        self._start_id = start_token(tokenizer)
         self.model, self.tokenizer, self.fraction, self.top_k = model, tokenizer, fraction, top_k
         self._pieces = tokenizer.batch_decode([[i] for i in range(len(tokenizer))])
         word_ids = [i for i, piece in enumerate(self._pieces) if _SPACED_WORD.fullmatch(piece)]
