@@ -12,7 +12,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from privft.attacks import ATTACKS, DEFAULT_ATTACKS, AttackInputs, blind_baseline_scores, get_attack
 from privft.data import MembershipSplit
 from privft.data.split import text_sha256
-from privft.metrics import DEFAULT_MAX_FPRS, AttackMetrics, PERPLEXITY_CONVENTION, evaluate_attack, perplexity
+from privft.metrics import DEFAULT_MAX_FPRS, PERPLEXITY_CONVENTION, AttackMetrics, evaluate_attack, perplexity
 from privft.report import AuditReport, PerplexityResult
 from privft.scoring import StatsCache, TokenStats, score_texts
 

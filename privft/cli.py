@@ -72,7 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--non-members", help="non-members file (JSONL, JSON, CSV or Parquet)")
     audit.add_argument("--text-column", default="text")
     audit.add_argument("--attacks", help=f"comma-separated subset of: {', '.join(sorted(ATTACKS))}")
-    audit.add_argument("--max-fpr", type=float, action="append", help="FPR ceiling (repeatable; default 1e-2, 1e-3, 1e-4)")
+    audit.add_argument("--max-fpr", type=float, action="append",
+                       help="FPR ceiling (repeatable; default 1e-2, 1e-3, 1e-4)")
     audit.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for AUC CIs")
     audit.add_argument("--batch-size", type=int, default=8)
     audit.add_argument("--max-length", type=int, help="scoring window in tokens (longer texts slide)")

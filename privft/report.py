@@ -6,7 +6,7 @@ import io
 import json
 import platform
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
@@ -64,7 +64,7 @@ class AuditReport:
     text_sha256: list[str]
     notes: list[str] = field(default_factory=list)
     canary_exposure: dict | None = None  # summary from privft's canary callback, when canaries were planted
-    created: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    created: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
     versions: dict[str, str] = field(default_factory=package_versions)
 
     @property

@@ -173,10 +173,15 @@ def _statistics(logp: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor
     return target_logp, mean, variance.clamp_min(0).sqrt()
 
 
+def _target_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor]:
+    """log p(target) alone from a block of fp32 logits: one pass for the normaliser, no μ or σ."""
+    return (logits.gather(1, targets[:, None]).squeeze(1) - torch.logsumexp(logits, dim=-1),)
+
+
 @torch.no_grad()
-def _head_statistics(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor
-                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """log p(target), μ and σ of log p for each hidden row, in fp32.
+def _head_statistics(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor, distribution: bool = True
+                     ) -> tuple[torch.Tensor, ...]:
+    """log p(target), and with `distribution` also μ and σ of log p, for each hidden row, in fp32.
 
     The head runs on blocks of rows (a few large matrix products); the statistics then walk
     each block in cache-sized slices, since they are several passes over the vocabulary.
@@ -184,19 +189,19 @@ def _head_statistics(head: torch.nn.Module, hidden: torch.Tensor, targets: torch
     vocab = head.weight.shape[0]
     block_rows = max(1, HEAD_CHUNK_ELEMENTS // vocab)
     slice_rows = max(MIN_STATISTICS_ROWS, STATISTICS_CHUNK_ELEMENTS // vocab)
+    per_slice = _statistics if distribution else _target_logprobs
     pieces = []
     for start in range(0, hidden.shape[0], block_rows):
         logits = head(hidden[start:start + block_rows]).float()
         block_targets = targets[start:start + block_rows]
-        pieces += [_statistics(logits[i:i + slice_rows], block_targets[i:i + slice_rows])
+        pieces += [per_slice(logits[i:i + slice_rows], block_targets[i:i + slice_rows])
                    for i in range(0, logits.shape[0], slice_rows)]
-    lp, mu, sigma = zip(*pieces)
-    return torch.cat(lp), torch.cat(mu), torch.cat(sigma)
+    return tuple(torch.cat(stat) for stat in zip(*pieces))
 
 
 @torch.no_grad()
-def _score_windows(model: PreTrainedModel, windows: list[_Window], pad_id: int
-                   ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+def _score_windows(model: PreTrainedModel, windows: list[_Window], pad_id: int, distribution: bool
+                   ) -> list[tuple[np.ndarray, ...]]:
     """Statistics for the scored targets of each window in one right-padded batch."""
     device = next(model.parameters()).device
     width = max(len(w.input_ids) for w in windows)
@@ -214,11 +219,46 @@ def _score_windows(model: PreTrainedModel, windows: list[_Window], pad_id: int
         positions.append(targets)
     rows_t, positions_t = torch.cat(rows).to(device), torch.cat(positions).to(device)
     # The hidden state at position t-1 predicts the token at t.
-    lp, mu, sigma = _head_statistics(model.get_output_embeddings(), hidden[rows_t, positions_t - 1],
-                                     ids.to(device)[rows_t, positions_t])
+    stats = _head_statistics(model.get_output_embeddings(), hidden[rows_t, positions_t - 1],
+                             ids.to(device)[rows_t, positions_t], distribution)
     splits = np.cumsum([len(w.input_ids) - w.first_target for w in windows])[:-1]
-    per_stat = [np.split(t.cpu().numpy().astype(np.float32), splits) for t in (lp, mu, sigma)]
+    per_stat = [np.split(t.cpu().numpy().astype(np.float32), splits) for t in stats]
     return list(zip(*per_stat))
+
+
+def _check_window(model: PreTrainedModel, max_length: int | None, stride: int | None) -> tuple[int, int]:
+    """The window size and stride to score with, checked against the model's context."""
+    _check_head(model)
+    max_length = _context_length(model, max_length)
+    stride = stride or max_length // 2
+    if not 1 <= stride < max_length:
+        raise ScoringError(f"stride={stride} must be at least 1 and below max_length={max_length}.")
+    return max_length, stride
+
+
+def _score_sequences(model: PreTrainedModel, sequences: dict[int, list[int]], *, pad_id: int, batch_size: int,
+                     max_length: int, stride: int, distribution: bool, desc: str
+                     ) -> dict[int, tuple[np.ndarray, ...]]:
+    """Per-token statistics of each BOS-prefixed sequence, keyed as given, in eval mode."""
+    windows = [w for i, ids in sequences.items() for w in _windows(i, ids, max_length, stride)]
+    windows.sort(key=lambda w: len(w.input_ids), reverse=True)  # similar lengths share a batch
+    pieces: dict[int, dict[int, tuple[np.ndarray, ...]]] = {i: {} for i in sequences}
+    was_training = model.training
+    model.eval()
+    try:
+        for start in tqdm(range(0, len(windows), batch_size), desc=desc, disable=not windows, leave=False):
+            batch = windows[start:start + batch_size]
+            for window, stats in zip(batch, _score_windows(model, batch, pad_id, distribution)):
+                pieces[window.text_index][window.order] = stats
+    finally:
+        model.train(was_training)
+    # Windows of one text were scored in arbitrary order; reassemble them left to right.
+    return {i: tuple(np.concatenate(stat) for stat in zip(*(by_order[o] for o in sorted(by_order))))
+            for i, by_order in pieces.items()}
+
+
+def _pad_id(tokenizer: PreTrainedTokenizerBase) -> int:
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else start_token(tokenizer)
 
 
 def score_texts(
@@ -239,11 +279,7 @@ def score_texts(
     how many new tokens each further window scores (default half the window). `model_id`
     overrides the weight fingerprint used as cache key.
     """
-    _check_head(model)
-    max_length = _context_length(model, max_length)
-    stride = stride or max_length // 2
-    if not 1 <= stride < max_length:
-        raise ScoringError(f"stride={stride} must be at least 1 and below max_length={max_length}.")
+    max_length, stride = _check_window(model, max_length, stride)
     sequences = _tokenize(texts, tokenizer)
     keys: list[str | None] = [None] * len(texts)
     results: list[TokenStats | None] = [None] * len(texts)
@@ -252,25 +288,34 @@ def score_texts(
         for i, text in enumerate(texts):
             keys[i] = hashlib.sha256(f"{identity}|{max_length}|{stride}|{text}".encode()).hexdigest()
             results[i] = cache.get(keys[i])
-    todo = [i for i, r in enumerate(results) if r is None]
-    windows = [w for i in todo for w in _windows(i, sequences[i], max_length, stride)]
-    windows.sort(key=lambda w: len(w.input_ids), reverse=True)  # similar lengths share a batch
-    pieces: dict[int, dict[int, tuple[np.ndarray, ...]]] = {i: {} for i in todo}
-    was_training = model.training
-    model.eval()
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else start_token(tokenizer)
-    try:
-        for start in tqdm(range(0, len(windows), batch_size), desc=desc, disable=not windows, leave=False):
-            batch = windows[start:start + batch_size]
-            for window, stats in zip(batch, _score_windows(model, batch, pad_id)):
-                pieces[window.text_index][window.order] = stats
-    finally:
-        model.train(was_training)
-    for i in todo:
-        # Windows of one text were scored in arbitrary order; reassemble them left to right.
-        ordered = [pieces[i][order] for order in sorted(pieces[i])]
-        lp, mu, sigma = (np.concatenate(stat) for stat in zip(*ordered))
+    todo = {i: sequences[i] for i, r in enumerate(results) if r is None}
+    scored = _score_sequences(model, todo, pad_id=_pad_id(tokenizer), batch_size=batch_size, max_length=max_length,
+                              stride=stride, distribution=True, desc=desc)
+    for i, (lp, mu, sigma) in scored.items():
         results[i] = TokenStats(lp, mu, sigma, len(texts[i].encode("utf-8")))
         if cache is not None:
             cache.put(keys[i], results[i])
     return results  # type: ignore[return-value]
+
+
+def score_losses(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    texts: Sequence[str],
+    *,
+    batch_size: int = 8,
+    max_length: int | None = None,
+    stride: int | None = None,
+    desc: str = "scoring losses",
+) -> np.ndarray:
+    """Per-token loss (`TokenStats.mean_nll`) of each text: the same pass as `score_texts`, without μ and σ.
+
+    Half the vocabulary work of `score_texts`, for callers that need the loss alone (SOFT's
+    selection); the windows, BOS policy and eval mode are those of `score_texts`, so the values
+    equal ``[s.mean_nll for s in score_texts(...)]`` up to float rounding.
+    """
+    max_length, stride = _check_window(model, max_length, stride)
+    sequences = dict(enumerate(_tokenize(texts, tokenizer)))
+    scored = _score_sequences(model, sequences, pad_id=_pad_id(tokenizer), batch_size=batch_size,
+                              max_length=max_length, stride=stride, distribution=False, desc=desc)
+    return np.array([-scored[i][0].astype(np.float64).mean() for i in range(len(texts))], dtype=np.float64)

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import os
-
 import pydoc_data.topics
+
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
-from privft.models import build_tiny_llama, train_bpe_tokenizer  # noqa: E402
+from privft.models import build_tiny_llama, train_bpe_tokenizer
 
 
 @pytest.fixture(scope="session")

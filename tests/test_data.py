@@ -19,10 +19,10 @@ from privft.data import (
     DataError,
     MembershipSplit,
     NearDuplicateWarning,
+    corpora,
     load_corpus,
     load_texts,
 )
-from privft.data import corpora
 
 TEXTS = ["The first text.", "A second, longer text about cats.", "Third one: ünïcödé ✓"]
 

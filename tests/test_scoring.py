@@ -9,7 +9,7 @@ from peft import LoraConfig, get_peft_model
 
 from privft import scoring
 from privft.attacks import min_k_plus_plus_score
-from privft.scoring import ScoringError, StatsCache, model_fingerprint, score_texts
+from privft.scoring import ScoringError, StatsCache, model_fingerprint, score_losses, score_texts
 
 
 def _mixed_lengths(local_texts: list[str]) -> list[str]:
@@ -23,6 +23,12 @@ def test_batch_size_and_padding_do_not_change_statistics(tiny_model, tokenizer, 
     for a, b in zip(one, eight):
         for field in ("token_logprobs", "mean_logprob", "std_logprob"):
             np.testing.assert_allclose(getattr(a, field), getattr(b, field), atol=1e-5)
+
+
+def test_loss_only_pass_equals_the_full_statistics_loss(tiny_model, tokenizer, local_texts):
+    texts = _mixed_lengths(local_texts)
+    full = [s.mean_nll for s in score_texts(tiny_model, tokenizer, texts, max_length=128, batch_size=3)]
+    np.testing.assert_allclose(score_losses(tiny_model, tokenizer, texts, max_length=128), full, rtol=1e-5)
 
 
 def test_every_token_is_scored_once_and_in_order(tokenizer):

@@ -74,7 +74,8 @@ SCRIPT = textwrap.dedent('''
                              learning_rate=1e-3, seed=0, use_cpu=True, report_to="none", save_strategy="no",
                              logging_strategy="no", disable_tqdm=True)
     trainer = Trainer(model=model, args=args, train_dataset=view, processing_class=tokenizer,
-                      data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False), callbacks=[soft, recorder, canary, audit])
+                      data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False),
+                      callbacks=[soft, recorder, canary, audit])
     trainer.train()
     record.update(rank=dist.get_rank(), world_size=dist.get_world_size(), scored=len(scored), history=soft.history,
                   audits=len(audit.reports), exposures=len(canary.results))

@@ -63,8 +63,9 @@ class SelectiveObfuscationCallback(TrainerCallback, ExportableState):
     Every selection runs on global rank 0 and is broadcast, so all ranks serve the same mask;
     sharded set-ups (FSDP, DeepSpeed ZeRO-3) are refused because rank 0 cannot run the forward
     pass alone. Each selection is appended to ``state.log_history`` (keys ``soft/tau``,
-    ``soft/n_selected``, ``soft/n_total``, ``soft/mean_loss_selected``,
-    ``soft/mean_loss_unselected``, plus ``epoch`` and ``step``) and to `history`.
+    ``soft/n_selected``, ``soft/n_total``, ``soft/n_scored``, ``soft/mean_loss_selected``,
+    ``soft/mean_loss_unselected``, plus ``epoch`` and ``step``) and to `history`. A cumulative
+    selection re-scores only the samples not yet obfuscated, the only ones whose fate is open.
 
     Checkpoints: the mask and `history` are saved in ``trainer_state.json`` (with the options,
     including the validation texts). With ``restore_callback_states_from_checkpoint=True`` the
@@ -200,16 +201,30 @@ class SelectiveObfuscationCallback(TrainerCallback, ExportableState):
             "trainer.train_dataset = view before trainer.train()).")
 
     def _select(self, model: PreTrainedModel, epoch: int, step: int) -> tuple[np.ndarray, dict[str, Any]]:
-        """Score the original texts, apply the rule, and summarise the new mask."""
+        """Score the original texts that can still change the mask, apply the rule, and summarise it.
+
+        Under a cumulative selection a sample already obfuscated stays so whatever its loss, so
+        only the others are scored (the release rule's later selections, which take every
+        sample, score nothing). The logged mean losses are over the samples scored this time:
+        those newly selected against those left as written.
+        """
+        previous = np.zeros(len(self.view), dtype=bool) if self.mask is None or not self.cumulative else self.mask
+        open_indices = np.flatnonzero(~previous)
+        later_release = self.rule == "release" and bool(self.history)
+        scored = open_indices if open_indices.size and not later_release else open_indices[:0]
         score = dict(batch_size=self.batch_size, max_length=self.max_length)
-        losses = sample_losses(model, self.tokenizer, self.view.texts, **score)
-        if self.rule == "paper":
+        losses = sample_losses(model, self.tokenizer, [self.view.texts[i] for i in scored], **score)
+        new, tau = previous.copy(), None
+        if later_release:
+            new[:] = True
+        elif scored.size and self.rule == "paper":
             validation = sample_losses(model, self.tokenizer, self.validation_texts, desc="SOFT validation", **score)
-            new, tau = paper_rule(losses, validation)
-        else:
-            new, tau = release_rule(losses, self.select_ratio, selection_index=len(self.history)), None
+            new[scored], tau = paper_rule(losses, validation)
+        elif scored.size:
+            new[scored] = release_rule(losses, self.select_ratio, selection_index=0)
         mask = update_mask(self.mask, new, cumulative=self.cumulative)
-        selected, unselected = mean_losses(losses, mask)
+        selected, unselected = mean_losses(losses, mask[scored]) if scored.size else (None, None)
         record = {"epoch": epoch, "step": step, "rule": self.rule, "tau": tau, "n_selected": int(mask.sum()),
-                  "n_total": int(mask.size), "mean_loss_selected": selected, "mean_loss_unselected": unselected}
+                  "n_total": int(mask.size), "n_scored": int(scored.size), "mean_loss_selected": selected,
+                  "mean_loss_unselected": unselected}
         return mask, record

@@ -15,7 +15,6 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from privft.data.errors import DataError
-from privft.io import atomic_write_text
 from privft.data.loaders import check_texts
 from privft.data.overlap import (
     NEAR_DUPLICATE_THRESHOLD,
@@ -23,6 +22,7 @@ from privft.data.overlap import (
     index_members,
     near_duplicates,
 )
+from privft.io import atomic_write_text
 
 MANIFEST_FORMAT = "privft.membership-split"
 MANIFEST_VERSION = 1

@@ -29,7 +29,7 @@ def on_main_then_broadcast(compute: Callable[[], T]) -> T:
     if dist.get_rank() == 0:
         try:
             payload[0] = (True, compute())
-        except Exception as err:  # noqa: BLE001 - sent to the other ranks, then re-raised here
+        except Exception as err:  # any failure: sent to the other ranks, then re-raised here
             error, payload[0] = err, (False, f"{type(err).__name__}: {err}")
     dist.broadcast_object_list(payload, src=0)
     ok, value = payload[0]  # type: ignore[misc]

@@ -7,15 +7,16 @@ from collections.abc import Sequence
 import numpy as np
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from privft.scoring import score_texts
+from privft.scoring import score_losses
 
 
 def sample_losses(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], *,
                   batch_size: int = 8, max_length: int | None = None, desc: str = "SOFT scoring") -> np.ndarray:
     """Mean token NLL (`TokenStats.mean_nll`) of each text under `model`, as the audit's loss attack sees it.
 
-    `score_texts` switches the model to eval mode (no dropout) for the pass and back afterwards,
+    `score_losses` switches the model to eval mode (no dropout) for the pass and back afterwards,
     and runs without gradients, so scoring mid-training changes neither the model nor its grads.
     """
-    stats = score_texts(model, tokenizer, texts, batch_size=batch_size, max_length=max_length, desc=desc)
-    return np.array([s.mean_nll for s in stats], dtype=np.float64)
+    if not texts:
+        return np.zeros(0, dtype=np.float64)
+    return score_losses(model, tokenizer, texts, batch_size=batch_size, max_length=max_length, desc=desc)

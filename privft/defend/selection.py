@@ -8,6 +8,7 @@ the quantity the audit's loss attack scores.
 from __future__ import annotations
 
 import math
+
 import numpy as np
 from numpy.typing import ArrayLike
 
