@@ -114,9 +114,9 @@ class _Window:
     first_target: int  # window-local index of the first token this window scores
 
 
-def _windows(text_index: int, ids: list[int], max_length: int, stride: int) -> list[_Window]:
-    """Cut a BOS-prefixed sequence into windows that together score every token exactly once."""
-    windows, scored_until, begin = [], 1, 0
+def _windows(text_index: int, ids: list[int], max_length: int, stride: int, first: int = 1) -> list[_Window]:
+    """Cut a BOS-prefixed sequence into windows that together score every token from `first` on exactly once."""
+    windows, scored_until, begin = [], first, 0
     while scored_until < len(ids):
         end = min(begin + max_length, len(ids))
         windows.append(_Window(text_index, len(windows), ids[begin:end], scored_until - begin))
@@ -154,6 +154,19 @@ def _tokenize(texts: Sequence[str], tokenizer: PreTrainedTokenizerBase) -> list[
         warnings.warn(f"{len(single)} text(s) are a single token (first: index {single[0]}, "
                       f"{texts[single[0]]!r}); their scores rest on one prediction.", stacklevel=3)
     return [[start, *ids] for ids in encoded]
+
+
+def _prefix_ids(prefix: str | None, tokenizer: PreTrainedTokenizerBase, max_length: int) -> list[int]:
+    """Token ids of a conditioning prefix; it must leave room in the window for the text."""
+    if prefix is None:
+        return []
+    if not prefix.strip():
+        raise ScoringError("The prefix is empty or whitespace-only; pass None to score without one.")
+    ids = tokenizer(prefix, add_special_tokens=False)["input_ids"]
+    if len(ids) + 2 > max_length:
+        raise ScoringError(f"The prefix is {len(ids)} tokens, which leaves no room in a {max_length}-token "
+                           "window for the text; use a shorter prefix (fewer shots) or a larger max_length.")
+    return ids
 
 
 def _check_head(model: PreTrainedModel) -> None:
@@ -232,12 +245,15 @@ def score_texts(
     cache: StatsCache | None = None,
     model_id: str | None = None,
     desc: str = "scoring",
+    prefix: str | None = None,
 ) -> list[TokenStats]:
     """Token statistics for each text, in input order; cached per text when `cache` is given.
 
     `max_length` is the window size (default: the model's context, at most 1024); `stride` is
     how many new tokens each further window scores (default half the window). `model_id`
-    overrides the weight fingerprint used as cache key.
+    overrides the weight fingerprint used as cache key. With a `prefix`, each text is read
+    after BOS + the prefix's tokens, and only the text's own tokens are scored (ReCaLL): the
+    text is tokenized on its own, so its tokens are exactly those scored without the prefix.
     """
     _check_head(model)
     max_length = _context_length(model, max_length)
@@ -245,15 +261,18 @@ def score_texts(
     if not 1 <= stride < max_length:
         raise ScoringError(f"stride={stride} must be at least 1 and below max_length={max_length}.")
     sequences = _tokenize(texts, tokenizer)
+    prefix_ids = _prefix_ids(prefix, tokenizer, max_length)
+    sequences = [[ids[0], *prefix_ids, *ids[1:]] for ids in sequences]
     keys: list[str | None] = [None] * len(texts)
     results: list[TokenStats | None] = [None] * len(texts)
     if cache is not None:
         identity = model_id or model_fingerprint(model)
         for i, text in enumerate(texts):
-            keys[i] = hashlib.sha256(f"{identity}|{max_length}|{stride}|{text}".encode()).hexdigest()
+            condition = f"|prefix={prefix}" if prefix else ""
+            keys[i] = hashlib.sha256(f"{identity}|{max_length}|{stride}|{text}{condition}".encode()).hexdigest()
             results[i] = cache.get(keys[i])
     todo = [i for i, r in enumerate(results) if r is None]
-    windows = [w for i in todo for w in _windows(i, sequences[i], max_length, stride)]
+    windows = [w for i in todo for w in _windows(i, sequences[i], max_length, stride, 1 + len(prefix_ids))]
     windows.sort(key=lambda w: len(w.input_ids), reverse=True)  # similar lengths share a batch
     pieces: dict[int, dict[int, tuple[np.ndarray, ...]]] = {i: {} for i in todo}
     was_training = model.training
