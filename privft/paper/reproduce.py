@@ -24,7 +24,13 @@ from privft.models import DEFAULT_MODEL, cache_dir, load_model
 from privft.paper.adaptive import adaptive_scores
 from privft.paper.published import domain_analogues
 from privft.paraphrase import NeighbourParaphraser, ParaphraseCache
-from privft.pipeline import DataSettings, RunConfig, SoftSettings, load_split, run_training
+from privft.pipeline import (
+    DataSettings,
+    RunConfig,
+    SoftSettings,
+    load_split,
+    run_training,
+)
 from privft.report import AuditReport
 from privft.scoring import StatsCache
 from privft.training import FinetuneSettings, LoraSettings
