@@ -54,7 +54,7 @@ class PaperScale:
     n_prefix_members: int = 4  # trained on, never evaluated: CON-ReCaLL's member shots
     n_prefix_non_members: int = 4  # neither trained on nor evaluated: ReCaLL's non-member shots
     recall_shots: int = 1
-    n_neighbours: int = 3
+    n_neighbours: int = 2
     neighbour_fraction: float = 0.1  # share of words each neighbour swaps
     max_words: int | None = 60
     epochs: int = 2
