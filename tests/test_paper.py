@@ -131,7 +131,7 @@ def test_neighbours_are_cached_word_swaps_and_feed_the_neighbourhood_attack(tiny
     np.testing.assert_allclose(scores, expected)
 
 
-def test_audit_runs_the_papers_attacks_with_a_context(tiny_model, tokenizer, paper_split, local_texts):
+def test_audit_runs_the_papers_attacks_with_a_context(tiny_model, tokenizer, paper_split, local_texts, tmp_path):
     outside = [t for t in local_texts if t not in set(paper_split.labels_and_texts()[0])]
     texts, _ = paper_split.labels_and_texts()
     paraphraser = NeighbourParaphraser(tiny_model, tokenizer, fraction=0.2)
@@ -142,6 +142,7 @@ def test_audit_runs_the_papers_attacks_with_a_context(tiny_model, tokenizer, pap
     assert set(report.attacks) == {*attacks, "ref_ratio"}
     assert report.attacks["loss"].auc.n_members == 20
     assert report.attacks["ensemble"].auc.n_members == 14 and report.attacks["ensemble"].auc.n_non_members == 14
+    assert report.save(tmp_path)["roc"].exists()  # the ROC plot skips the Ensemble's unscored fitting part
 
 
 def test_reproduce_dp_names_the_missing_module(capsys):
@@ -169,4 +170,5 @@ def test_reproduce_table1_end_to_end_on_a_tiny_model(tiny_model, tokenizer, tmp_
     mtime = (tmp_path / "paper" / "quick" / "ArXiv" / "soft" / "cell.json").stat().st_mtime
     main(["reproduce", "adaptive", "--out", str(tmp_path / "paper")])  # reuses the finished cells
     assert (tmp_path / "paper" / "quick" / "ArXiv" / "soft" / "cell.json").stat().st_mtime == mtime
+    assert (tmp_path / "paper" / "quick" / "table1.png").read_bytes().startswith(b"\x89PNG")
     assert "knows paraphraser and selection" in capsys.readouterr().out

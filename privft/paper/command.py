@@ -6,7 +6,8 @@ import importlib.util
 from dataclasses import replace
 from pathlib import Path
 
-from privft.io import atomic_write_text
+from privft.io import atomic_write_bytes, atomic_write_text
+from privft.paper.plots import mean_auc_png
 from privft.paper.published import load_published
 from privft.paper.reproduce import METHODS, SCALES, run_cells
 from privft.paper.tables import (
@@ -23,7 +24,7 @@ TABLE_METHODS = {"adaptive": ("full_ft", "soft")}
 
 
 def reproduce(table: str, scale_name: str, out: str | Path, domains: tuple[str, ...] | None = None) -> str:
-    """Compute (or reuse) the table's cells under `out`/<scale>, write <table>.md there, and return it."""
+    """Compute (or reuse) the table's cells under `out`/<scale>, write <table>.md (table1: also a PNG), return it."""
     if table not in TABLES:
         raise ValueError(f"Unknown table {table!r}; choose one of {', '.join(TABLES)}.")
     if scale_name not in SCALES:
@@ -41,4 +42,6 @@ def reproduce(table: str, scale_name: str, out: str | Path, domains: tuple[str, 
     text = (f"## SOFT {table}: measured ({scale.model}, scale {scale_name}) vs published\n\n"
             f"{TABLES[table](cells, published)}")
     atomic_write_text(directory / f"{table}.md", text)
+    if table == "table1":
+        atomic_write_bytes(directory / "table1.png", mean_auc_png(cells, published))
     return text
