@@ -172,3 +172,13 @@ def test_reproduce_table1_end_to_end_on_a_tiny_model(tiny_model, tokenizer, tmp_
     assert (tmp_path / "paper" / "quick" / "ArXiv" / "soft" / "cell.json").stat().st_mtime == mtime
     assert (tmp_path / "paper" / "quick" / "table1.png").read_bytes().startswith(b"\x89PNG")
     assert "knows paraphraser and selection" in capsys.readouterr().out
+
+
+def test_scales_round_trip_through_yaml(tmp_path):
+    from privft.config import load_yaml, save_yaml
+    from privft.paper.reproduce import SCALES
+
+    for name, scale in SCALES.items():
+        assert load_yaml(PaperScale, save_yaml(scale, tmp_path / f"{name}.yaml")) == scale
+    with pytest.raises(ValueError, match="recall_shots=5 must be between 1 and the prefix pools"):
+        PaperScale(recall_shots=5)
