@@ -10,6 +10,7 @@ import numpy as np
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privft.attacks import ATTACKS, DEFAULT_ATTACKS, AttackInputs, blind_baseline_scores, get_attack
+from privft.audit_context import AuditContext
 from privft.data import MembershipSplit
 from privft.data.split import text_sha256
 from privft.metrics import DEFAULT_MAX_FPRS, PERPLEXITY_CONVENTION, AttackMetrics, evaluate_attack, perplexity
@@ -30,12 +31,27 @@ class AuditConfig:
     stride: int | None = None
     min_k_fraction: float = 0.2
     cache_dir: str | None = None
+    ensemble_fit_fraction: float = 0.3  # share of the split whose labels the Ensemble attacker holds and fits on
 
     def __post_init__(self) -> None:
         for name in self.attacks or ():
             get_attack(name)  # an unknown name fails here, before any forward pass
         if not 0 < self.min_k_fraction <= 1:
             raise ValueError(f"min_k_fraction={self.min_k_fraction} must be in (0, 1].")
+        if not 0 < self.ensemble_fit_fraction < 1:
+            raise ValueError(f"ensemble_fit_fraction={self.ensemble_fit_fraction} must be in (0, 1): "
+                             "the ensemble is fitted on that share and scored on the rest.")
+
+
+def ensemble_known_labels(y_true: np.ndarray, fraction: float, seed: int) -> np.ndarray:
+    """The labels the Ensemble attacker holds: a stratified random `fraction` of each class, -1 elsewhere."""
+    rng = np.random.default_rng(seed)
+    known = np.full(len(y_true), -1)
+    for label in (0, 1):
+        members_of_class = np.flatnonzero(y_true == label)
+        chosen = rng.choice(members_of_class, size=round(fraction * len(members_of_class)), replace=False)
+        known[chosen] = label
+    return known
 
 
 def same_tokenizer(a: PreTrainedTokenizerBase, b: PreTrainedTokenizerBase) -> bool:
@@ -89,21 +105,24 @@ def run_audit(
     reference_tokenizer: PreTrainedTokenizerBase | None = None,
     config: AuditConfig | None = None,
     model_name: str | None = None,
+    context: AuditContext | None = None,
 ) -> AuditReport:
     """Audit `model` on the split's members vs non-members and return the report.
 
     Each text costs one forward pass under the target, one under the reference and one of its
     lowercased form; every attack is then a cheap function of those statistics. Without an
-    explicit reference, a peft model is compared with itself with adapters disabled.
+    explicit reference, a peft model is compared with itself with adapters disabled. A `context`
+    adds ReCaLL, CON-ReCaLL and neighbourhood statistics through the same scorer. Attacks that
+    leave texts unscored (NaN: the Ensemble's fitting part) are measured on the rest only.
     """
     config = config or AuditConfig()
     texts, y_true = split.labels_and_texts()
     cache = StatsCache(config.cache_dir) if config.cache_dir else None
 
-    def score(m: PreTrainedModel, tok: PreTrainedTokenizerBase, items: Sequence[str], desc: str
-              ) -> list[TokenStats]:
+    def score(m: PreTrainedModel, tok: PreTrainedTokenizerBase, items: Sequence[str], desc: str,
+              prefix: str | None = None) -> list[TokenStats]:
         return score_texts(m, tok, items, batch_size=config.batch_size, max_length=config.max_length,
-                           stride=config.stride, cache=cache, desc=desc)
+                           stride=config.stride, cache=cache, desc=desc, prefix=prefix)
 
     reference_tokenizer = reference_tokenizer or tokenizer
     same_tok = same_tokenizer(tokenizer, reference_tokenizer)
@@ -127,13 +146,18 @@ def run_audit(
     else:
         held_out_stats = target_stats[len(split.members):]
 
-    inputs = AttackInputs(texts, target_stats, reference_stats, lowercase_stats, same_tok, config.min_k_fraction)
-    available = {"lowercase"} | ({"reference"} if reference_stats is not None else set())
+    extra = (context or AuditContext()).statistics(
+        texts, lambda items, desc, prefix: score(model, tokenizer, items, desc, prefix))
+    extra["known_labels"] = ensemble_known_labels(y_true, config.ensemble_fit_fraction, config.seed)
+    inputs = AttackInputs(texts, target_stats, reference_stats, lowercase_stats, same_tok, config.min_k_fraction,
+                          **extra)
+    available = {"lowercase", *extra} | ({"reference"} if reference_stats is not None else set())
     names, notes = select_attacks(config, available, same_tok)
     scores = {name: get_attack(name)(inputs) for name in names}
 
     def metrics(values: np.ndarray) -> AttackMetrics:
-        return evaluate_attack(y_true, values, max_fprs=config.max_fprs,
+        scored = np.isfinite(values)
+        return evaluate_attack(y_true[scored], values[scored], max_fprs=config.max_fprs,
                                n_bootstrap=config.n_bootstrap, seed=config.seed)
 
     return AuditReport(

@@ -1,4 +1,4 @@
-"""The `privft` command: `audit` a model on a split, or run the `demo`."""
+"""The `privft` command: `audit` a model on a split, `train`, run the `demo`, or `reproduce` the SOFT paper's tables."""
 
 from __future__ import annotations
 
@@ -59,6 +59,13 @@ def _demo(args: argparse.Namespace) -> None:
                           epochs=args.epochs, seed=args.seed, output_dir=args.out))
 
 
+def _reproduce(args: argparse.Namespace) -> None:
+    from privft.paper.command import reproduce
+
+    domains = tuple(args.domains.split(",")) if args.domains else None
+    print(reproduce(args.table, args.scale, args.out, domains))
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the `privft` command."""
     parser = argparse.ArgumentParser(prog="privft", description=__doc__)
@@ -95,6 +102,15 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--out", default="runs/demo")
     demo.set_defaults(run=_demo)
+
+    reproduce = commands.add_parser("reproduce", help="the SOFT paper's tables on the embedded default, beside the "
+                                                      "published cells")
+    reproduce.add_argument("table", choices=("table1", "tpr", "perplexity", "dp", "adaptive"))
+    reproduce.add_argument("--scale", default="quick", choices=("quick", "paper"),
+                           help="quick: 2 domains on 2 CPU cores in ~30 min; paper: the paper's sizes, for a GPU")
+    reproduce.add_argument("--domains", help="comma-separated paper datasets (default: the scale's), e.g. Wiki,GitHub")
+    reproduce.add_argument("--out", default="runs/paper", help="cells are kept here and reused (resumable)")
+    reproduce.set_defaults(run=_reproduce)
     return parser
 
 

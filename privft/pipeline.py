@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -121,12 +122,17 @@ def _obfuscations(config: RunConfig, texts: list[str], out: Path) -> list[str]:
     return [r.text for r in results]
 
 
-def run_training(config: RunConfig) -> RunResult:
-    """Run the configured fine-tune with its callbacks and return the final audit."""
+def run_training(config: RunConfig, *, split: MembershipSplit | None = None,
+                 extra_callbacks: Sequence[TrainerCallback] = ()) -> RunResult:
+    """Run the configured fine-tune with its callbacks and return the final audit.
+
+    A given `split` replaces the one drawn from `config.data`; `extra_callbacks` run after
+    privft's own (so at the end of training they see the final audit's cached statistics).
+    """
     from privft.defend.soft import prepare_soft
 
     out = Path(config.training.output_dir)
-    split = load_split(config.data)
+    split = split or load_split(config.data)
     split.save(out / "split.json")
     plan = _canary_plan(config.canaries, config.data.seed)
     train_texts = list(split.members)
@@ -156,6 +162,7 @@ def run_training(config: RunConfig) -> RunResult:
                                           every_n_epochs=config.audit_every_n_epochs, output_dir=str(out),
                                           model_name=config.model)
     callbacks.append(audit_callback)
+    callbacks.extend(extra_callbacks)
 
     trainer = build_trainer(model, tokenizer, dataset, config.training, callbacks)
     start = time.perf_counter()

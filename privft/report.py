@@ -154,7 +154,8 @@ class AuditReport:
         floor = 1.0 / max(n_out, 1)
         fig, ax = plt.subplots(figsize=(6, 5))
         for name, values in self.scores.items():
-            fpr, tpr, _ = roc_curve(self.labels, values)
+            scored = np.isfinite(values)  # the Ensemble leaves its fitting part unscored
+            fpr, tpr, _ = roc_curve(self.labels[scored], np.asarray(values)[scored])
             style = "--" if name == "blind_baseline" else "-"
             ax.plot(np.maximum(fpr, floor), np.maximum(tpr, floor), style, label=name)
         ax.plot([floor, 1], [floor, 1], ":", color="grey", label="chance")

@@ -114,9 +114,9 @@ class _Window:
     first_target: int  # window-local index of the first token this window scores
 
 
-def _windows(text_index: int, ids: list[int], max_length: int, stride: int) -> list[_Window]:
-    """Cut a BOS-prefixed sequence into windows that together score every token exactly once."""
-    windows, scored_until, begin = [], 1, 0
+def _windows(text_index: int, ids: list[int], max_length: int, stride: int, first: int = 1) -> list[_Window]:
+    """Cut a BOS-prefixed sequence into windows that together score every token from `first` on exactly once."""
+    windows, scored_until, begin = [], first, 0
     while scored_until < len(ids):
         end = min(begin + max_length, len(ids))
         windows.append(_Window(text_index, len(windows), ids[begin:end], scored_until - begin))
@@ -154,6 +154,19 @@ def _tokenize(texts: Sequence[str], tokenizer: PreTrainedTokenizerBase) -> list[
         warnings.warn(f"{len(single)} text(s) are a single token (first: index {single[0]}, "
                       f"{texts[single[0]]!r}); their scores rest on one prediction.", stacklevel=3)
     return [[start, *ids] for ids in encoded]
+
+
+def _prefix_ids(prefix: str | None, tokenizer: PreTrainedTokenizerBase, max_length: int) -> list[int]:
+    """Token ids of a conditioning prefix; it must leave room in the window for the text."""
+    if prefix is None:
+        return []
+    if not prefix.strip():
+        raise ScoringError("The prefix is empty or whitespace-only; pass None to score without one.")
+    ids = tokenizer(prefix, add_special_tokens=False)["input_ids"]
+    if len(ids) + 2 > max_length:
+        raise ScoringError(f"The prefix is {len(ids)} tokens, which leaves no room in a {max_length}-token "
+                           "window for the text; use a shorter prefix (fewer shots) or a larger max_length.")
+    return ids
 
 
 def _check_head(model: PreTrainedModel) -> None:
@@ -237,10 +250,10 @@ def _check_window(model: PreTrainedModel, max_length: int | None, stride: int | 
 
 
 def _score_sequences(model: PreTrainedModel, sequences: dict[int, list[int]], *, pad_id: int, batch_size: int,
-                     max_length: int, stride: int, distribution: bool, desc: str
+                     max_length: int, stride: int, distribution: bool, desc: str, first_target: int = 1
                      ) -> dict[int, tuple[np.ndarray, ...]]:
-    """Per-token statistics of each BOS-prefixed sequence, keyed as given, in eval mode."""
-    windows = [w for i, ids in sequences.items() for w in _windows(i, ids, max_length, stride)]
+    """Per-token statistics of each BOS-prefixed sequence from `first_target` on, keyed as given, in eval mode."""
+    windows = [w for i, ids in sequences.items() for w in _windows(i, ids, max_length, stride, first_target)]
     windows.sort(key=lambda w: len(w.input_ids), reverse=True)  # similar lengths share a batch
     pieces: dict[int, dict[int, tuple[np.ndarray, ...]]] = {i: {} for i in sequences}
     was_training = model.training
@@ -272,25 +285,31 @@ def score_texts(
     cache: StatsCache | None = None,
     model_id: str | None = None,
     desc: str = "scoring",
+    prefix: str | None = None,
 ) -> list[TokenStats]:
     """Token statistics for each text, in input order; cached per text when `cache` is given.
 
     `max_length` is the window size (default: the model's context, at most 1024); `stride` is
     how many new tokens each further window scores (default half the window). `model_id`
-    overrides the weight fingerprint used as cache key.
+    overrides the weight fingerprint used as cache key. With a `prefix`, each text is read
+    after BOS + the prefix's tokens, and only the text's own tokens are scored (ReCaLL): the
+    text is tokenized on its own, so its tokens are exactly those scored without the prefix.
     """
     max_length, stride = _check_window(model, max_length, stride)
     sequences = _tokenize(texts, tokenizer)
+    prefix_ids = _prefix_ids(prefix, tokenizer, max_length)
+    sequences = [[ids[0], *prefix_ids, *ids[1:]] for ids in sequences]
     keys: list[str | None] = [None] * len(texts)
     results: list[TokenStats | None] = [None] * len(texts)
     if cache is not None:
         identity = model_id or model_fingerprint(model)
         for i, text in enumerate(texts):
-            keys[i] = hashlib.sha256(f"{identity}|{max_length}|{stride}|{text}".encode()).hexdigest()
+            condition = f"|prefix={prefix}" if prefix else ""
+            keys[i] = hashlib.sha256(f"{identity}|{max_length}|{stride}|{text}{condition}".encode()).hexdigest()
             results[i] = cache.get(keys[i])
     todo = {i: sequences[i] for i, r in enumerate(results) if r is None}
     scored = _score_sequences(model, todo, pad_id=_pad_id(tokenizer), batch_size=batch_size, max_length=max_length,
-                              stride=stride, distribution=True, desc=desc)
+                              stride=stride, distribution=True, desc=desc, first_target=1 + len(prefix_ids))
     for i, (lp, mu, sigma) in scored.items():
         results[i] = TokenStats(lp, mu, sigma, len(texts[i].encode("utf-8")))
         if cache is not None:

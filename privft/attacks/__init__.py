@@ -1,6 +1,6 @@
 """Membership-inference attacks: pure functions of token statistics, looked up by name."""
 
-from privft.attacks import token_level  # noqa: F401  (registers the token-level attacks)
+from privft.attacks import context, ensemble, token_level  # noqa: F401  (register the attacks)
 from privft.attacks.blind import SHIFT_AUC, blind_baseline_scores
 from privft.attacks.registry import ATTACKS, Attack, AttackInputs, get_attack, register_attack
 from privft.attacks.token_level import min_k_plus_plus_score, min_k_score

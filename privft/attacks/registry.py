@@ -9,7 +9,7 @@ import numpy as np
 
 from privft.scoring import TokenStats
 
-NEEDS = frozenset({"reference", "lowercase"})
+NEEDS = frozenset({"reference", "lowercase", "prefixed", "member_prefixed", "neighbours", "known_labels"})
 
 
 @dataclass(frozen=True)
@@ -22,6 +22,10 @@ class AttackInputs:
     lowercase: Sequence[TokenStats] | None = None  # the target's statistics of each text lowercased
     same_tokenizer: bool = True  # whether target and reference share a tokenizer
     min_k_fraction: float = 0.2
+    prefixed: Sequence[TokenStats] | None = None  # each text's own tokens after a non-member prefix (ReCaLL)
+    member_prefixed: Sequence[TokenStats] | None = None  # the same after a prefix of known members (CON-ReCaLL)
+    neighbours: Sequence[Sequence[TokenStats]] | None = None  # statistics of each text's word-swap neighbours
+    known_labels: np.ndarray | None = None  # labels the attacker holds (1/0), -1 where unknown (Ensemble)
 
 
 AttackFunction = Callable[[AttackInputs], np.ndarray]
@@ -29,7 +33,7 @@ AttackFunction = Callable[[AttackInputs], np.ndarray]
 
 @dataclass(frozen=True)
 class Attack:
-    """A registered attack: higher scores mean "more likely a member"."""
+    """A registered attack: higher scores mean "more likely a member"; NaN marks a text it does not score."""
 
     name: str
     function: AttackFunction

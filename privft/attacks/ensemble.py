@@ -1,0 +1,40 @@
+"""The Ensemble attack: a classifier over the other attacks' scores, fitted on a labelled part only."""
+
+from __future__ import annotations
+
+import numpy as np
+from sklearn.linear_model import LogisticRegression
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+from privft.attacks.registry import ATTACKS, AttackInputs, register_attack
+
+COMPONENTS = ("loss", "zlib", "lowercase", "min_k", "min_k_pp", "ref_ratio", "recall", "con_recall", "neighbourhood")
+
+
+def ensemble_features(inputs: AttackInputs) -> tuple[list[str], np.ndarray]:
+    """The component attacks whose statistics exist, and their scores as one column each."""
+    names = [n for n in COMPONENTS if all(getattr(inputs, need) is not None for need in ATTACKS[n].needs)
+             and (n != "ref_ratio" or inputs.same_tokenizer)]
+    return names, np.column_stack([ATTACKS[n](inputs) for n in names])
+
+
+@register_attack("ensemble", needs=("known_labels",),
+                 description="logistic regression on the other attacks' scores, fitted on a held-out labelled part")
+def ensemble_attack(inputs: AttackInputs) -> np.ndarray:
+    """P(member) for the texts whose label the attacker does not hold; NaN for its fitting part.
+
+    Unlike the release (fitted on 85 % of the evaluation set, then scored on all of it), the
+    classifier never scores a text it was fitted on, so its AUC is measured on the rest only.
+    """
+    known = np.asarray(inputs.known_labels)
+    fit = known >= 0
+    if np.bincount(known[fit], minlength=2).min() < 2 or fit.all():
+        raise ValueError("The ensemble needs at least 2 known members and 2 known non-members to fit on, and "
+                         "texts left to score; raise or lower AuditConfig.ensemble_fit_fraction.")
+    _, features = ensemble_features(inputs)
+    classifier = make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000))
+    classifier.fit(features[fit], known[fit])
+    scores = np.full(len(known), np.nan)
+    scores[~fit] = classifier.predict_proba(features[~fit])[:, 1]
+    return scores

@@ -1,0 +1,77 @@
+"""Extra text for the context attacks: prefix pools for ReCaLL and CON-ReCaLL, and word-swap neighbours."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from privft.paraphrase import ParaphraseCache, Paraphraser, obfuscate
+from privft.scoring import TokenStats
+
+PREFIX_SEPARATOR = "\n\n"
+NEIGHBOUR_SEED_STEP = 100  # seeds of different neighbours of a text lie this far apart (retries use seed + 1, ...)
+
+Score = Callable[[Sequence[str], str, str | None], list[TokenStats]]  # (texts, progress label, prefix)
+
+
+@dataclass(frozen=True)
+class AuditContext:
+    """Texts the context attacks read besides the evaluation set; none of them may be evaluated.
+
+    `non_member_prefix`: texts never trained on (ReCaLL's and CON-ReCaLL's non-member shots).
+    `member_prefix`: texts trained on but held out of the evaluation (CON-ReCaLL's member shots).
+    `neighbours`: each evaluated text mapped to its word-swap neighbours (neighbourhood attack).
+    """
+
+    non_member_prefix: tuple[str, ...] = ()
+    member_prefix: tuple[str, ...] = ()
+    neighbours: Mapping[str, Sequence[str]] = field(default_factory=dict)
+
+    def check(self, evaluated: Sequence[str]) -> None:
+        """Refuse prefixes drawn from the evaluation set, and neighbours missing for any evaluated text."""
+        evaluation = set(evaluated)
+        for name in ("non_member_prefix", "member_prefix"):
+            shared = [t for t in getattr(self, name) if t in evaluation]
+            if shared:
+                raise ValueError(f"AuditContext.{name} holds {len(shared)} text(s) of the evaluation set (first: "
+                                 f"{shared[0][:60]!r}); draw prefixes from a disjoint pool, or the attack reads "
+                                 "the labels it is scored on.")
+        if self.member_prefix and not self.non_member_prefix:
+            raise ValueError("CON-ReCaLL's member prefix needs a non-member prefix too; set non_member_prefix.")
+        missing = [t for t in evaluated if t not in self.neighbours]
+        if self.neighbours and missing:
+            raise ValueError(f"{len(missing)} evaluated text(s) have no neighbours (first: {missing[0][:60]!r}); "
+                             "generate them with generate_neighbours over the whole evaluation set.")
+
+    def statistics(self, texts: Sequence[str], score: Score) -> dict[str, Any]:
+        """AttackInputs fields for the parts of the context that are set, scored by `score`."""
+        self.check(texts)
+        found: dict[str, Any] = {}
+        if self.non_member_prefix:
+            found["prefixed"] = score(texts, "non-member prefix", join_prefix(self.non_member_prefix))
+        if self.member_prefix:
+            found["member_prefixed"] = score(texts, "member prefix", join_prefix(self.member_prefix))
+        if self.neighbours:
+            per_text = [list(self.neighbours[t]) for t in texts]
+            flat = score([n for hood in per_text for n in hood], "neighbours", None)
+            found["neighbours"], start = [], 0
+            for hood in per_text:
+                found["neighbours"].append(flat[start:start + len(hood)])
+                start += len(hood)
+        return found
+
+
+def join_prefix(shots: Sequence[str]) -> str:
+    """The conditioning prefix: the shots in order, each followed by a blank line."""
+    return "".join(shot + PREFIX_SEPARATOR for shot in shots)
+
+
+def generate_neighbours(texts: Sequence[str], paraphraser: Paraphraser, n_neighbours: int, *,
+                        cache: ParaphraseCache | None = None, seed: int = 0) -> dict[str, list[str]]:
+    """`n_neighbours` word-swap rewrites of each whole text, each from its own seed, cached by content."""
+    if n_neighbours < 1:
+        raise ValueError(f"n_neighbours={n_neighbours} must be >= 1.")
+    rounds = [obfuscate(texts, paraphraser, prefix_keep_ratio=0.0, cache=cache, seed=seed + k * NEIGHBOUR_SEED_STEP)
+              for k in range(n_neighbours)]
+    return {text: [r[i].text for r in rounds] for i, text in enumerate(texts)}
