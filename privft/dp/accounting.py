@@ -7,6 +7,7 @@ Both assume Poisson sampling with rate `sample_rate`, which `privft.dp.sampling`
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from dataclasses import asdict, dataclass
@@ -50,10 +51,15 @@ def calibrate(target_epsilon: float, delta: float, sample_rate: float, steps: in
                          "the training set.")
     if steps < 1:
         raise ValueError(f"steps={steps} must be at least 1.")
-    sigma = get_noise_multiplier(target_epsilon=target_epsilon, target_delta=delta, sample_rate=sample_rate,
-                                 steps=steps, accountant="prv", epsilon_tolerance=min(0.01, target_epsilon / 100),
-                                 eps_error=EPS_ERROR)
-    return Calibration(target_epsilon, delta, sample_rate, steps, float(sigma))
+    return Calibration(target_epsilon, delta, sample_rate, steps, _solve_sigma(target_epsilon, delta, sample_rate, steps))
+
+
+@functools.lru_cache(maxsize=64)
+def _solve_sigma(target_epsilon: float, delta: float, sample_rate: float, steps: int) -> float:
+    """opacus' binary search on the PRV ε (seconds per call; cached, since runs in a grid often share it)."""
+    return float(get_noise_multiplier(target_epsilon=target_epsilon, target_delta=delta, sample_rate=sample_rate,
+                                      steps=steps, accountant="prv", epsilon_tolerance=min(0.01, target_epsilon / 100),
+                                      eps_error=EPS_ERROR))
 
 
 History = list[tuple[float, float, int]]  # opacus accountant history: (σ, q, steps) runs

@@ -24,10 +24,10 @@ def _argument_problems(args: Any) -> list[str]:
     if getattr(args, "padding_free", False):
         problems.append("padding_free=True flattens the batch into one row, which removes the per-example batch "
                         "dimension per-sample gradients need; set padding_free=False.")
-    if args.gradient_checkpointing and (args.gradient_checkpointing_kwargs or {}).get("use_reentrant") is not True:
-        problems.append("gradient checkpointing without use_reentrant=True (the transformers 5 default, and trl's "
-                        "SFTConfig turns checkpointing on) loses the per-sample gradient hooks; set "
-                        "gradient_checkpointing=False, or gradient_checkpointing_kwargs={'use_reentrant': True}.")
+    if args.activation_checkpointing and (args.activation_checkpointing_kwargs or {}).get("use_reentrant") is not True:
+        problems.append("activation (gradient) checkpointing without use_reentrant=True, the transformers 5 default "
+                        "(and trl's SFTConfig turns checkpointing on), loses the per-sample gradient hooks; set "
+                        "activation_checkpointing=False, or activation_checkpointing_kwargs={'use_reentrant': True}.")
     if args.fp16:
         problems.append("fp16=True scales the loss with a GradScaler, which opacus does not support; use bf16=True "
                         "or fp32.")
