@@ -24,7 +24,7 @@ def sequence_losses(model: torch.nn.Module, batch: dict[str, Any]) -> torch.Tens
         labels = batch["input_ids"] if mask is None else batch["input_ids"].masked_fill(mask == 0, IGNORE_INDEX)
     logits = model(**{k: batch[k] for k in MODEL_INPUTS if k in batch}).logits  # (B, T, V)
     targets = labels[:, 1:]
-    nll = F.cross_entropy(logits[:, :-1].transpose(1, 2).float(), targets, ignore_index=IGNORE_INDEX,
-                          reduction="none")  # (B, T-1)
+    nll = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]).float(), targets.reshape(-1),
+                          ignore_index=IGNORE_INDEX, reduction="none").view(targets.shape)  # (B, T-1)
     counts = (targets != IGNORE_INDEX).sum(dim=1)
     return nll.sum(dim=1) / counts.clamp(min=1)
