@@ -101,7 +101,8 @@ def grid_cells(config: CompareConfig) -> list[Cell]:
         cells.append(cell("full fine-tuning", "full", training={
             "lora": None, "learning_rate": grid.full_learning_rate or base.training.learning_rate}))
     for rule in grid.soft_rules:
-        soft = dataclasses.replace(run.soft, rule=rule, select_ratio=run.soft.select_ratio if rule == "release" else None)
+        select_ratio = run.soft.select_ratio if rule == "release" else None  # the paper rule takes none
+        soft = dataclasses.replace(run.soft, rule=rule, select_ratio=select_ratio)
         cells.append(cell(f"SOFT {rule} (r={lora.rank})", "soft", soft=soft))
     for epsilon in sorted(grid.dp_epsilons, reverse=True):
         cells.append(cell(f"DP-LoRA ε={epsilon:g} (r={lora.rank})", "dp",

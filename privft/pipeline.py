@@ -183,7 +183,8 @@ def run_training(config: RunConfig) -> RunResult:
     callbacks.append(audit_callback)
 
     private = config.dp.target_epsilon is not None
-    trainer = build_trainer(model, tokenizer, dataset, config.training, callbacks, max_grad_norm=0.0 if private else 1.0)
+    trainer = build_trainer(model, tokenizer, dataset, config.training, callbacks,
+                            max_grad_norm=0.0 if private else 1.0)  # DP clips per sequence instead
     if private:
         make_private(trainer, target_epsilon=config.dp.target_epsilon, target_delta=config.dp.delta,
                      max_grad_norm=config.dp.max_grad_norm, physical_batch_size=config.dp.physical_batch_size)

@@ -155,8 +155,8 @@ def test_resume_restores_the_accountant_and_keeps_epsilon(private_run, tokenizer
 def test_sft_trainer_trains_privately(lora_model, tokenizer, dataset, tmp_path):
     from trl import SFTConfig, SFTTrainer
 
-    config = SFTConfig(output_dir=str(tmp_path), max_steps=4, logging_steps=4, per_device_train_batch_size=8, use_cpu=True,
-                       report_to="none", save_strategy="no", disable_tqdm=True, max_grad_norm=0.0,
+    config = SFTConfig(output_dir=str(tmp_path), max_steps=4, logging_steps=4, per_device_train_batch_size=8,
+                       use_cpu=True, report_to="none", save_strategy="no", disable_tqdm=True, max_grad_norm=0.0,
                        activation_checkpointing=False, dataset_kwargs={"skip_prepare_dataset": True})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

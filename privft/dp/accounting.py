@@ -51,7 +51,8 @@ def calibrate(target_epsilon: float, delta: float, sample_rate: float, steps: in
                          "the training set.")
     if steps < 1:
         raise ValueError(f"steps={steps} must be at least 1.")
-    return Calibration(target_epsilon, delta, sample_rate, steps, _solve_sigma(target_epsilon, delta, sample_rate, steps))
+    sigma = _solve_sigma(target_epsilon, delta, sample_rate, steps)
+    return Calibration(target_epsilon, delta, sample_rate, steps, sigma)
 
 
 @functools.lru_cache(maxsize=64)

@@ -10,7 +10,7 @@ from opacus.accountants import PRVAccountant
 from opacus.grad_sample import prepare_module
 from opacus.optimizers import DPOptimizer
 
-from privft.dp.accounting import Calibration, History, calibrate, default_delta, epsilon_spent
+from privft.dp.accounting import Calibration, calibrate, default_delta, epsilon_spent
 from privft.dp.checks import DPConfigError
 
 PRIVACY_UNIT = "one training sequence"
