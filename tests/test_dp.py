@@ -215,3 +215,12 @@ def test_dora_and_embedding_lora_are_refused(tiny_model, tokenizer, dataset, tmp
 def test_a_model_without_adapters_is_refused(tiny_model, tokenizer, dataset, tmp_path):
     with pytest.raises(DPConfigError, match="get_peft_model"):
         make_private(_trainer(tiny_model, tokenizer, dataset, tmp_path), target_epsilon=8.0)
+
+
+def test_soft_view_as_training_set_is_refused(lora_model, tokenizer, local_texts, tmp_path):
+    from privft.defend.soft import prepare_soft
+
+    texts = [t[:120] for t in local_texts[:12]]
+    view, _ = prepare_soft(tokenizer, texts, [t.upper() for t in texts], texts[:2], max_length=48)
+    with pytest.raises(DPConfigError, match="SOFT"):
+        make_private(_trainer(lora_model, tokenizer, view, tmp_path), target_epsilon=8.0)

@@ -11,6 +11,8 @@ from typing import Any
 from torch import nn
 from transformers import Trainer
 
+from privft.defend.view import ObfuscatedView
+
 
 class DPConfigError(ValueError):
     """A Trainer set-up that DP-LoRA cannot train with a valid privacy guarantee."""
@@ -78,7 +80,11 @@ def _model_problems(model: nn.Module) -> list[str]:
 
 def privacy_problems(trainer: Trainer) -> list[str]:
     """Every reason `trainer` cannot run DP-LoRA with a valid guarantee; empty when it can."""
-    return _argument_problems(trainer.args) + _model_problems(trainer.model)
+    problems = _argument_problems(trainer.args) + _model_problems(trainer.model)
+    if isinstance(trainer.train_dataset, ObfuscatedView):
+        problems.append("the training set is a SOFT ObfuscatedView: SOFT picks samples by their loss outside "
+                        "DP-SGD, which the guarantee does not cover; use SOFT or DP-LoRA, not both.")
+    return problems
 
 
 def check_trainer(trainer: Trainer) -> None:

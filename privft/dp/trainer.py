@@ -53,6 +53,7 @@ class DPLoraTrainerMixin:
 
     def get_train_dataloader(self) -> DataLoader:
         """Calibrate σ for this dataset and schedule, and serve Poisson-sampled logical batches."""
+        check_trainer(self)  # again: the dataset or arguments may have changed since make_private
         dataset, collator = self.train_dataset, self.data_collator
         if isinstance(dataset, datasets.Dataset):
             dataset = self._remove_unused_columns(dataset, description="Training")
@@ -72,7 +73,7 @@ class DPLoraTrainerMixin:
 
     def create_optimizer(self, model: nn.Module | None = None) -> torch.optim.Optimizer:
         """The Trainer's optimizer (same parameter groups), wrapped in opacus' DPOptimizer."""
-        optimizer = super().create_optimizer(model) if model is not None else super().create_optimizer()
+        optimizer = super().create_optimizer(model)
         if optimizer is not self.dp.optimizer:
             self.optimizer = self.dp.wrap_optimizer(optimizer)
         return self.optimizer
