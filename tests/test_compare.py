@@ -62,3 +62,11 @@ def test_grid_runs_every_cell_audited_alike_and_resumes(config):
     again = run_compare(config)
     assert again.ran == []
     assert [row["train_seconds"] for row in again.rows] == [row["train_seconds"] for row in comparison.rows]
+
+
+def test_write_default_writes_a_loadable_config(tmp_path, capsys):
+    from privft.cli import main
+
+    main(["compare", str(tmp_path / "compare.yaml"), "--write-default"])
+    assert load_yaml(CompareConfig, tmp_path / "compare.yaml") == CompareConfig()
+    assert "privft compare" in capsys.readouterr().out

@@ -224,3 +224,13 @@ def test_soft_view_as_training_set_is_refused(lora_model, tokenizer, local_texts
     view, _ = prepare_soft(tokenizer, texts, [t.upper() for t in texts], texts[:2], max_length=48)
     with pytest.raises(DPConfigError, match="SOFT"):
         make_private(_trainer(lora_model, tokenizer, view, tmp_path), target_epsilon=8.0)
+
+
+def test_run_config_refuses_dp_with_full_fine_tuning_or_soft():
+    from privft.pipeline import DPSettings, RunConfig, SoftSettings
+    from privft.training import FinetuneSettings
+
+    with pytest.raises(ValueError, match="LoRA adapters only"):
+        RunConfig(training=FinetuneSettings(lora=None), dp=DPSettings(target_epsilon=1.0))
+    with pytest.raises(ValueError, match="SOFT"):
+        RunConfig(soft=SoftSettings(rule="paper"), dp=DPSettings(target_epsilon=1.0))
