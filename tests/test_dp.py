@@ -112,7 +112,7 @@ def test_lora_moves_base_stays_bit_identical_and_epsilon_stays_within_target(pri
     assert any(not torch.equal(p, before[n]) for n, p in params.items() if p.requires_grad)
     dp = trainer.dp
     assert dp.noised_steps == dp.calibration.steps == trainer.state.global_step == 4
-    assert dp.epsilon()["epsilon"] <= 8.0
+    assert dp.epsilon() <= 8.0
     logged = [e["dp/epsilon"] for e in trainer.state.log_history if "dp/epsilon" in e]
     assert len(logged) >= 4 and logged == sorted(logged) and logged[-1] <= 8.0
     assert not hasattr(next(p for p in params.values() if p.requires_grad), "grad_sample")  # hooks removed
@@ -146,7 +146,7 @@ def test_resume_restores_the_accountant_and_keeps_epsilon(private_run, tokenizer
 
     resumed = resume()
     assert resumed.dp.noised_steps == 4
-    assert resumed.dp.epsilon()["epsilon"] == pytest.approx(straight.dp.epsilon()["epsilon"])
+    assert resumed.dp.epsilon() == pytest.approx(straight.dp.epsilon())
     os.remove(os.path.join(out, "checkpoint-2", STATE_FILE))
     with pytest.raises(DPConfigError, match="under-report"):
         resume()
@@ -163,7 +163,7 @@ def test_sft_trainer_trains_privately(lora_model, tokenizer, dataset, tmp_path):
         trainer = SFTTrainer(model=lora_model, args=config, train_dataset=dataset, processing_class=tokenizer)
     make_private(trainer, target_epsilon=8.0)
     trainer.train()
-    assert trainer.dp.noised_steps == 4 and trainer.dp.epsilon()["epsilon"] <= 8.0
+    assert trainer.dp.noised_steps == 4 and trainer.dp.epsilon() <= 8.0
     assert type(trainer).__name__ == "DPLoraSFTTrainer"
 
 

@@ -7,7 +7,7 @@
 The privacy unit is one training sequence (one row of the training dataset).
 """
 
-from privft.dp.accounting import Calibration, calibrate, default_delta, epsilon_spent
+from privft.dp.accounting import Calibration, calibrate, default_delta, epsilon_rdp, epsilon_spent
 from privft.dp.callback import DPLoraCallback
 from privft.dp.checks import DPConfigError, check_trainer, privacy_problems
 from privft.dp.engine import PRIVACY_UNIT, DPLoraEngine
@@ -16,6 +16,6 @@ from privft.dp.trainer import DPLoraTrainerMixin, make_private
 
 __all__ = [
     "PRIVACY_UNIT", "Calibration", "DPConfigError", "DPLoraCallback", "DPLoraEngine", "DPLoraTrainerMixin",
-    "calibrate", "check_trainer", "default_delta", "epsilon_spent", "make_private", "privacy_problems",
+    "calibrate", "check_trainer", "default_delta", "epsilon_rdp", "epsilon_spent", "make_private", "privacy_problems",
     "sequence_losses",
 ]

@@ -10,7 +10,7 @@ from opacus.accountants import PRVAccountant
 from opacus.grad_sample import prepare_module
 from opacus.optimizers import DPOptimizer
 
-from privft.dp.accounting import Calibration, calibrate, default_delta, epsilon_spent
+from privft.dp.accounting import Calibration, calibrate, default_delta, epsilon_rdp, epsilon_spent
 from privft.dp.checks import DPConfigError
 
 PRIVACY_UNIT = "one training sequence"
@@ -45,7 +45,7 @@ class DPLoraEngine:
         self.accountant = PRVAccountant()
         self.optimizer: DPOptimizer | None = None
         self.hooks: Any = None
-        self._epsilon_cache: tuple[int, dict[str, float]] | None = None
+        self._epsilon_cache: tuple[int, float] | None = None
 
     def calibrate(self, n_examples: int, logical_batch_size: int, steps: int) -> Calibration:
         """Solve σ for N = `n_examples`, q = L/N and T = `steps`; a second call must find the same settings."""
@@ -71,8 +71,8 @@ class DPLoraEngine:
         """Whether all T calibrated noised steps have been taken."""
         return self.calibration is not None and self.noised_steps >= self.calibration.steps
 
-    def epsilon(self) -> dict[str, float]:
-        """ε spent so far (PRV, and RDP for reference), computed once per step count."""
+    def epsilon(self) -> float:
+        """ε spent so far (PRV upper bound), computed once per step count."""
         if self.calibration is None:
             raise RuntimeError("DP-LoRA is not calibrated yet; ε exists once training starts.")
         steps = self.noised_steps
@@ -121,7 +121,10 @@ class DPLoraEngine:
 
     def summary(self) -> dict[str, Any]:
         """Everything needed to read the guarantee: settings, calibration, noised steps and ε spent."""
-        spent = self.epsilon() if self.calibration else {}
+        spent = {}
+        if self.calibration:
+            spent = {"epsilon": self.epsilon(), "epsilon_rdp": epsilon_rdp(self.accountant.history,
+                                                                           self.calibration.delta)}
         return {**(self.calibration.to_dict() if self.calibration else {}), **spent,
                 "noised_steps": self.noised_steps, "max_grad_norm": self.max_grad_norm,
                 "logical_batch_size": self.logical_batch_size, "physical_batch_size": self.physical_batch_size,

@@ -110,9 +110,7 @@ class DPLoraTrainerMixin:
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """Log as the Trainer does, with ε spent so far (`dp/epsilon`, PRV) beside every entry."""
         if self.dp.calibration is not None:
-            spent = self.dp.epsilon()
-            logs = {**logs, "dp/epsilon": spent["epsilon"], "dp/epsilon_rdp": spent["epsilon_rdp"],
-                    "dp/noised_steps": self.dp.noised_steps}
+            logs = {**logs, "dp/epsilon": self.dp.epsilon(), "dp/noised_steps": self.dp.noised_steps}
         super().log(logs, start_time)
 
 
