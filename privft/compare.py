@@ -22,7 +22,7 @@ from privft.config import save_yaml, to_dict
 from privft.io import atomic_write_bytes, atomic_write_text
 from privft.metrics import AttackMetrics, perplexity
 from privft.models import load_model
-from privft.pipeline import DPSettings, RunConfig, RunResult, SoftSettings, load_split, run_training
+from privft.pipeline import RunConfig, RunResult, load_split, run_training
 from privft.report import package_versions
 from privft.scoring import score_texts
 
@@ -84,8 +84,8 @@ def grid_cells(config: CompareConfig) -> list[Cell]:
         raise ValueError("run.training.lora is null, but the grid needs a LoRA reference: set run.training.lora (its "
                          "rank is the plain-LoRA baseline the overheads are measured against).")
     cells_dir = Path(config.output_dir) / "cells"
-    base = dataclasses.replace(run, soft=SoftSettings(**{**to_dict(run.soft), "rule": None}),
-                               dp=DPSettings(**{**to_dict(run.dp), "target_epsilon": None}))
+    base = dataclasses.replace(run, soft=dataclasses.replace(run.soft, rule=None),
+                               dp=dataclasses.replace(run.dp, target_epsilon=None))
 
     def cell(name: str, family: str, training: dict[str, Any] | None = None, **changes: Any) -> Cell:
         training = dataclasses.replace(base.training, **(training or {}), output_dir=str(cells_dir / slug(name)))
