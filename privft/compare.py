@@ -18,18 +18,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from privft.audit import run_audit
 from privft.config import save_yaml, to_dict
 from privft.io import atomic_write_bytes, atomic_write_text
-from privft.metrics import AttackMetrics, perplexity
+from privft.metrics import AttackMetrics
 from privft.models import load_model
 from privft.pipeline import RunConfig, RunResult, load_split, run_training
 from privft.report import package_versions
-from privft.scoring import score_texts
 
 MIN_PERPLEXITY_GAIN = 0.01
 """A cell whose validation perplexity is not at least 1 % below the pretrained model's did not learn."""
 
 NO_TRAINING = "no meaningful training"
+PRETRAINED = "pretrained (not fine-tuned)"
 
 
 @dataclass
@@ -77,7 +78,10 @@ def slug(name: str) -> str:
 
 
 def grid_cells(config: CompareConfig) -> list[Cell]:
-    """Every cell of the grid, plain LoRA at the base rank first; the base run's own defences are ignored."""
+    """Every cell: the pretrained model (audited, not trained), plain LoRA at the base rank, then the grid.
+
+    The base run's own defences (`run.soft.rule`, `run.dp.target_epsilon`) are ignored.
+    """
     run, grid = config.run, config.grid
     lora = run.training.lora
     if lora is None:
@@ -94,7 +98,7 @@ def grid_cells(config: CompareConfig) -> list[Cell]:
     def with_rank(rank: int):
         return dataclasses.replace(lora, rank=rank, alpha=max(1, round(lora.alpha * rank / lora.rank)))
 
-    cells = [cell(f"LoRA r={lora.rank}", "lora")]
+    cells = [cell(PRETRAINED, "pretrained"), cell(f"LoRA r={lora.rank}", "lora")]
     cells += [cell(f"LoRA r={r}", "lora", training={"lora": with_rank(r)})
               for r in sorted(set(grid.lora_ranks) - {lora.rank})]
     if grid.full_finetune:
@@ -147,24 +151,32 @@ def cell_row(cell: Cell, result: RunResult) -> dict[str, Any]:
     }
 
 
-def pretrained_perplexity(run: RunConfig) -> float:
-    """Perplexity of the untrained base model on the texts the audit measures perplexity on."""
-    split = load_split(run.data)
-    model, tokenizer = load_model(run.model)
-    texts = split.validation or split.non_members
-    stats = score_texts(model, tokenizer, texts, batch_size=run.audit.batch_size, max_length=run.audit.max_length,
-                        stride=run.audit.stride, desc="pretrained perplexity")
-    return perplexity([s.nll_sum for s in stats], [s.n_tokens for s in stats])
+def audit_pretrained(config: RunConfig) -> RunResult:
+    """The same audit of the base model itself, its own reference: the leakage floor no training can go below.
+
+    Members were never trained on, so every attack's AUC here measures chance, the split and what
+    the pretrained model already knew; reference attacks compare the model with itself (AUC 0.5).
+    """
+    out = Path(config.training.output_dir)
+    split = load_split(config.data)
+    model, tokenizer = load_model(config.model)
+    report = run_audit(model, tokenizer, split, reference=model, config=config.audit, model_name=config.model)
+    report.save(out)
+    return RunResult(report, out, train_seconds=0.0)
 
 
 @dataclass
 class Comparison:
-    """The finished grid: one row per cell, the pretrained reference, and which cells ran in this call."""
+    """The finished grid: one row per cell (the pretrained model first), and which cells ran in this call."""
 
     rows: list[dict[str, Any]]
-    pretrained_perplexity: float
     ran: list[str]
     output_dir: Path
+
+    @property
+    def pretrained_perplexity(self) -> float:
+        """Validation perplexity of the base model before any fine-tuning."""
+        return next(row["perplexity"] for row in self.rows if row["family"] == "pretrained")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: rows, reference perplexity, the no-training criterion and versions."""
@@ -174,11 +186,12 @@ class Comparison:
 
 
 def _finish_rows(rows: list[dict[str, Any]], reference_perplexity: float) -> None:
-    """Add the overhead against plain LoRA at the base rank (the first row) and the no-training flag."""
-    baseline = rows[0]["train_seconds"]
+    """Add the overhead against plain LoRA at the base rank (the first LoRA row) and the no-training flag."""
+    baseline = next(row["train_seconds"] for row in rows if row["family"] == "lora")
     for row in rows:
-        row["overhead_vs_lora"] = row["train_seconds"] / baseline if baseline > 0 else None
-        row["learned"] = row["perplexity"] < reference_perplexity * (1 - MIN_PERPLEXITY_GAIN)
+        trained = row["family"] != "pretrained"
+        row["overhead_vs_lora"] = row["train_seconds"] / baseline if trained and baseline > 0 else None
+        row["learned"] = not trained or row["perplexity"] < reference_perplexity * (1 - MIN_PERPLEXITY_GAIN)
 
 
 def run_compare(config: CompareConfig) -> Comparison:
@@ -195,14 +208,15 @@ def run_compare(config: CompareConfig) -> Comparison:
                 raise ValueError(f"{path} was produced by a different config for cell {cell.name!r}; use a new "
                                  "output_dir, or delete that cell's folder to re-run it.")
         else:
-            row = cell_row(cell, run_training(cell.config))
+            result = audit_pretrained(cell.config) if cell.family == "pretrained" else run_training(cell.config)
+            row = cell_row(cell, result)
             atomic_write_text(path, json.dumps(row, indent=1))
             ran.append(cell.name)
         rows.append(row)
     splits = {json.dumps(row["split"], sort_keys=True) for row in rows}
     if len(splits) != 1:
         raise ValueError("The cells were audited on different splits; every cell must share run.data.")
-    comparison = Comparison(rows, pretrained_perplexity(config.run), ran, out)
+    comparison = Comparison(rows, ran, out)
     _finish_rows(comparison.rows, comparison.pretrained_perplexity)
     atomic_write_text(out / "compare.json", json.dumps(comparison.to_dict(), indent=1))
     atomic_write_text(out / "compare.md", comparison_table(comparison))
@@ -232,6 +246,8 @@ def comparison_table(comparison: Comparison) -> str:
     for row in rows:
         s, m = row["strongest"], row["mean_over_attacks"]
         epsilon = f"{row['epsilon']:.3g} ({row['delta']:.0e})" if row["epsilon"] is not None else "∞"
+        if row["family"] == "pretrained":
+            epsilon = "0 (not trained)"
         notes = ([] if row["learned"] else [NO_TRAINING]) + (["⚠ distribution shift"] if row["distribution_shift"]
                                                              else [])
         overhead = f"{row['overhead_vs_lora']:.2f}" if row["overhead_vs_lora"] is not None else "n/a"
@@ -248,8 +264,8 @@ def comparison_table(comparison: Comparison) -> str:
     return "\n".join(lines) + "\n"
 
 
-FAMILY_STYLE = {"lora": ("tab:blue", "o"), "full": ("tab:red", "s"), "soft": ("tab:green", "^"),
-                "dp": ("tab:purple", "D")}
+FAMILY_STYLE = {"pretrained": ("grey", "*"), "lora": ("tab:blue", "o"), "full": ("tab:red", "s"),
+                "soft": ("tab:green", "^"), "dp": ("tab:purple", "D")}
 
 
 def privacy_utility_png(comparison: Comparison) -> bytes:
@@ -269,7 +285,6 @@ def privacy_utility_png(comparison: Comparison) -> bytes:
         ax.scatter(row["perplexity"], tpr, color=color, marker=marker, s=50,
                    facecolors="none" if not row["learned"] else color)
         ax.annotate(row["name"], (row["perplexity"], tpr), fontsize=7, xytext=(4, 3), textcoords="offset points")
-    ax.axvline(comparison.pretrained_perplexity, color="grey", linestyle=":", label="pretrained model")
     ax.axhline(first["max_fpr"], color="grey", linestyle="--", label="chance (TPR = FPR ceiling)")
     ax.set(xlabel="validation perplexity (lower = more useful)",
            ylabel=f"TPR @ FPR ≤ {first['max_fpr'] * 100:g} %, strongest attack ({first['n_members']} members)",

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from privft.audit import AuditConfig
-from privft.compare import NO_TRAINING, CompareConfig, GridSettings, grid_cells, run_compare
+from privft.compare import NO_TRAINING, PRETRAINED, CompareConfig, GridSettings, grid_cells, run_compare
 from privft.config import load_yaml, save_yaml
 from privft.pipeline import DataSettings, DPSettings, RunConfig, SoftSettings
 from privft.training import FinetuneSettings, LoraSettings
@@ -42,7 +42,7 @@ def test_grid_runs_every_cell_audited_alike_and_resumes(config):
     comparison = run_compare(config)
     names = [row["name"] for row in comparison.rows]
     assert names == [c.name for c in grid_cells(config)] == [
-        "LoRA r=4", "full fine-tuning", "SOFT release (r=4)", "DP-LoRA ε=8 (r=4)", "DP-LoRA ε=0.05 (r=4)"]
+        PRETRAINED, "LoRA r=4", "full fine-tuning", "SOFT release (r=4)", "DP-LoRA ε=8 (r=4)", "DP-LoRA ε=0.05 (r=4)"]
     assert comparison.ran == names
     assert {tuple(row["attacks"]) for row in comparison.rows} == {("loss", "ref_ratio")}  # full FT too
     dp_rows = [row for row in comparison.rows if row["family"] == "dp"]
@@ -50,13 +50,14 @@ def test_grid_runs_every_cell_audited_alike_and_resumes(config):
         assert row["epsilon"] <= row["privacy"]["target_epsilon"]
         assert row["privacy"]["noised_steps"] == row["privacy"]["steps"] == 4  # 16 members, batch 4, 1 epoch
     assert all(row["epsilon"] is None for row in comparison.rows if row["family"] != "dp")
-    assert comparison.rows[0]["overhead_vs_lora"] == 1.0
+    pretrained, lora = comparison.rows[:2]
+    assert pretrained["train_seconds"] == 0 and pretrained["learned"] and lora["overhead_vs_lora"] == 1.0
     out = comparison.output_dir
     table = (out / "compare.md").read_text()
     assert "DP-LoRA ε=0.05 (r=4) | 0.0" in table and "/16)" in table  # ε and counts beside the rates
     assert (NO_TRAINING in table) == any(not row["learned"] for row in comparison.rows)
     assert (out / "compare.png").read_bytes()[:4] == b"\x89PNG"
-    assert json.loads((out / "compare.json").read_text())["rows"][3]["privacy"]["privacy_unit"] == \
+    assert json.loads((out / "compare.json").read_text())["rows"][4]["privacy"]["privacy_unit"] == \
         "one training sequence"
 
     again = run_compare(config)
