@@ -277,14 +277,15 @@ def privacy_utility_png(comparison: Comparison) -> bytes:
 
     first = comparison.rows[0]["strongest"]["tpr"][0]
     fig, ax = plt.subplots(figsize=(7, 5))
-    for row in comparison.rows:
+    for index, row in enumerate(comparison.rows):
         tpr = row["strongest"]["tpr"][0]["tpr"]
         if tpr is None or not math.isfinite(row["perplexity"]):
             continue
         color, marker = FAMILY_STYLE[row["family"]]
         ax.scatter(row["perplexity"], tpr, color=color, marker=marker, s=50,
                    facecolors="none" if not row["learned"] else color)
-        ax.annotate(row["name"], (row["perplexity"], tpr), fontsize=7, xytext=(4, 3), textcoords="offset points")
+        ax.annotate(row["name"], (row["perplexity"], tpr), fontsize=7, xytext=(4, 3 + 9 * (index % 3)),
+                    textcoords="offset points")  # staggered: cells at the same point stay readable
     ax.axhline(first["max_fpr"], color="grey", linestyle="--", label="chance (TPR = FPR ceiling)")
     ax.set(xlabel="validation perplexity (lower = more useful)",
            ylabel=f"TPR @ FPR ≤ {first['max_fpr'] * 100:g} %, strongest attack ({first['n_members']} members)",
