@@ -1,4 +1,4 @@
-"""The `privft` command: `audit` a model on a split, `train`, run the `demo`, or `reproduce` the SOFT paper's tables."""
+"""The `privft` command: `audit`, `train` from a config, `compare` defences, `reproduce` the SOFT paper, `demo`."""
 
 from __future__ import annotations
 
@@ -52,6 +52,18 @@ def _train(args: argparse.Namespace) -> None:
     print(f"Model, manifest and report: {result.output_dir}")
 
 
+def _compare(args: argparse.Namespace) -> None:
+    from privft.compare import CompareConfig, comparison_table, run_compare
+    from privft.config import load_yaml, save_yaml
+
+    if args.write_default:
+        print(f"Wrote {save_yaml(CompareConfig(), args.config)}; edit it, then run: privft compare {args.config}")
+        return
+    comparison = run_compare(load_yaml(CompareConfig, args.config))
+    print(comparison_table(comparison))
+    print(f"Table, JSON, plot and one folder per cell: {comparison.output_dir}")
+
+
 def _demo(args: argparse.Namespace) -> None:
     from privft.demo import DemoSettings, run_demo
 
@@ -93,6 +105,12 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("config", help="YAML config (see --write-default)")
     train.add_argument("--write-default", action="store_true", help="write the default config to CONFIG and exit")
     train.set_defaults(run=_train)
+
+    compare = commands.add_parser("compare", help="full FT, LoRA ranks, SOFT rules and DP-LoRA on one split, audited "
+                                                  "alike; resumable")
+    compare.add_argument("config", help="YAML config (see --write-default)")
+    compare.add_argument("--write-default", action="store_true", help="write the default config to CONFIG and exit")
+    compare.set_defaults(run=_compare)
 
     demo = commands.add_parser("demo", help="undefended LoRA vs SOFT on the embedded default, audited side by side")
     demo.add_argument("--model", default="smollm2-135m", help="hub id, local path or 'smollm2-135m'")

@@ -1,4 +1,4 @@
-"""`privft train config.yaml`: split, plant canaries, fine-tune (optionally with SOFT), audit, save."""
+"""`privft train config.yaml`: split, plant canaries, fine-tune (optionally with SOFT or DP-LoRA), audit, save."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from privft.callbacks.canary import CanaryCallback
 from privft.config import to_dict
 from privft.data import MembershipSplit, load_corpus, load_texts
 from privft.data.canaries import CanaryPlan
+from privft.dp import make_private
 from privft.io import atomic_write_text
 from privft.models import DEFAULT_MODEL, cache_dir, load_model
 from privft.paraphrase import ParaphraseCache, build_paraphraser, obfuscate
@@ -66,6 +67,16 @@ class SoftSettings:
 
 
 @dataclass
+class DPSettings:
+    """DP-LoRA (DP-SGD on the LoRA adapters, `privft.dp`); off when `target_epsilon` is None."""
+
+    target_epsilon: float | None = None
+    delta: float | None = None  # None: min(1e-5, 1/N^1.1) for N training sequences
+    max_grad_norm: float = 1.0  # C, the bound on each sequence's gradient norm
+    physical_batch_size: int | None = None  # sequences per forward pass; None: the whole logical batch
+
+
+@dataclass
 class RunConfig:
     """One training run: model, data, training (LoRA rank, alpha, targets; `lora: null` for full), defences, audit."""
 
@@ -76,6 +87,15 @@ class RunConfig:
     soft: SoftSettings = field(default_factory=SoftSettings)
     audit: AuditConfig = field(default_factory=AuditConfig)
     audit_every_n_epochs: int | None = None
+    dp: DPSettings = field(default_factory=DPSettings)
+
+    def __post_init__(self) -> None:
+        if self.dp.target_epsilon is not None and self.training.lora is None:
+            raise ValueError("dp.target_epsilon is set but training.lora is null: DP-LoRA trains LoRA adapters only; "
+                             "set training.lora or drop dp.target_epsilon.")
+        if self.dp.target_epsilon is not None and self.soft.rule is not None:
+            raise ValueError("dp.target_epsilon and soft.rule are both set: SOFT selects samples by their loss "
+                             "outside DP-SGD, which the DP guarantee does not cover; use one of the two.")
 
 
 @dataclass
@@ -84,8 +104,9 @@ class RunResult:
 
     report: AuditReport
     output_dir: Path
-    train_seconds: float
+    train_seconds: float  # trainer.train() without the audits run inside it
     soft_history: list[dict] = field(default_factory=list)
+    privacy: dict | None = None  # DP-LoRA's guarantee and settings (privft.dp.DPLoraEngine.summary), if private
 
 
 def load_split(settings: DataSettings) -> MembershipSplit:
@@ -149,7 +170,8 @@ def run_training(config: RunConfig, *, split: MembershipSplit | None = None,
     soft_callback = None
     if config.soft.rule is not None:
         dataset, soft_callback = prepare_soft(
-            tokenizer, train_texts, _obfuscations(config, train_texts, out), split.validation,
+            tokenizer, train_texts, _obfuscations(config, train_texts, out),
+            split.validation if config.soft.rule == "paper" else None,  # the release rule takes no threshold texts
             rule=config.soft.rule, max_length=config.training.max_length, select_ratio=config.soft.select_ratio,
             warmup_epochs=config.soft.warmup_epochs, cumulative=config.soft.cumulative,
             batch_size=config.audit.batch_size)
@@ -158,20 +180,31 @@ def run_training(config: RunConfig, *, split: MembershipSplit | None = None,
         dataset = tokenize_for_training(tokenizer, train_texts, config.training.max_length)
     if canary_callback:
         callbacks.append(canary_callback)  # before the audit, which reads its exposure
-    audit_callback = PrivacyAuditCallback(split, tokenizer, config=config.audit, canary_callback=canary_callback,
-                                          every_n_epochs=config.audit_every_n_epochs, output_dir=str(out),
-                                          model_name=config.model)
+    # Full fine-tuning has no adapters to switch off: audit it against a fresh copy of the base model, as
+    # LoRA runs are audited against their base with adapters disabled, so both get the same attacks.
+    reference = load_model(config.model)[0] if config.training.lora is None else None
+    audit_callback = PrivacyAuditCallback(split, tokenizer, reference=reference, config=config.audit,
+                                          canary_callback=canary_callback, every_n_epochs=config.audit_every_n_epochs,
+                                          output_dir=str(out), model_name=config.model)
     callbacks.append(audit_callback)
     callbacks.extend(extra_callbacks)
 
-    trainer = build_trainer(model, tokenizer, dataset, config.training, callbacks)
+    private = config.dp.target_epsilon is not None
+    trainer = build_trainer(model, tokenizer, dataset, config.training, callbacks,
+                            max_grad_norm=0.0 if private else 1.0)  # DP clips per sequence instead
+    if private:
+        make_private(trainer, target_epsilon=config.dp.target_epsilon, target_delta=config.dp.delta,
+                     max_grad_norm=config.dp.max_grad_norm, physical_batch_size=config.dp.physical_batch_size)
     start = time.perf_counter()
     trainer.train()
-    train_seconds = time.perf_counter() - start
+    train_seconds = time.perf_counter() - start - audit_callback.seconds
+    privacy = trainer.dp.summary() if private else None
+    if privacy:
+        atomic_write_text(out / "dp.json", json.dumps(privacy, indent=1))
     if soft_callback:
         atomic_write_text(out / "soft_selections.json", json.dumps(soft_callback.history, indent=1))
     trainer.save_model(str(out / "model"))
     tokenizer.save_pretrained(str(out / "model"))
     write_model_card_section(out / "model", audit_callback.report)
     return RunResult(audit_callback.report, out, train_seconds,
-                     soft_callback.history if soft_callback else [])
+                     soft_callback.history if soft_callback else [], privacy)

@@ -69,8 +69,13 @@ def build_trainer(
     train_dataset: TorchDataset,
     settings: FinetuneSettings | None = None,
     callbacks: Sequence[TrainerCallback] = (),
+    *,
+    max_grad_norm: float = 1.0,
 ) -> Trainer:
-    """A plain Trainer on a tokenized dataset, with LoRA adapters added unless `settings.lora` is None."""
+    """A plain Trainer on a tokenized dataset, with LoRA adapters added unless `settings.lora` is None.
+
+    `max_grad_norm` is the Trainer's batch-gradient clipping; DP-LoRA (`privft.dp.make_private`) needs 0.
+    """
     settings = settings or FinetuneSettings()
     if settings.lora is not None:
         model = get_peft_model(model, settings.lora.to_peft())
@@ -86,6 +91,7 @@ def build_trainer(
         logging_strategy="epoch",
         lr_scheduler_type="constant",
         disable_tqdm=False,
+        max_grad_norm=max_grad_norm,
     )
     return Trainer(
         model=model,

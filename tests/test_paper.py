@@ -145,10 +145,14 @@ def test_audit_runs_the_papers_attacks_with_a_context(tiny_model, tokenizer, pap
     assert report.save(tmp_path)["roc"].exists()  # the ROC plot skips the Ensemble's unscored fitting part
 
 
-def test_reproduce_dp_names_the_missing_module(capsys):
-    with pytest.raises(SystemExit, match=r"needs privft's DP-LoRA \(privft.dp\)") as raised:
-        main(["reproduce", "dp"])
-    assert "| DP-LoRA ε = 100 | 11.66 | 0.735 |" in str(raised.value)
+def test_dp_cells_train_dp_lora_at_the_table_5_budgets(tmp_path):
+    from privft.paper.reproduce import DP_METHODS, SCALES, run_config
+
+    for method, epsilon in DP_METHODS.items():
+        config = run_config(SCALES["quick"], "Wiki", method, tmp_path)
+        assert config.dp.target_epsilon == epsilon and config.training.lora is not None
+        assert config.soft.rule is None
+    assert run_config(SCALES["quick"], "Wiki", "lora", tmp_path).dp.target_epsilon is None
 
 
 @pytest.mark.slow
@@ -172,6 +176,12 @@ def test_reproduce_table1_end_to_end_on_a_tiny_model(tiny_model, tokenizer, tmp_
     assert (tmp_path / "paper" / "quick" / "ArXiv" / "soft" / "cell.json").stat().st_mtime == mtime
     assert (tmp_path / "paper" / "quick" / "table1.png").read_bytes().startswith(b"\x89PNG")
     assert "knows paraphraser and selection" in capsys.readouterr().out
+    main(["reproduce", "dp", "--out", str(tmp_path / "paper")])  # trains only the two DP-LoRA cells
+    printed = capsys.readouterr().out
+    assert "| DP-LoRA ε = 100 | 11.66 | 0.735 |" in printed and "### Measured: DP-LoRA against SOFT" in printed
+    dp_cell = json.loads((tmp_path / "paper" / "quick" / "ArXiv" / "dp_eps_100" / "cell.json").read_text())
+    assert dp_cell["privacy"]["epsilon"] <= 100 and dp_cell["privacy"]["privacy_unit"] == "one training sequence"
+    assert (tmp_path / "paper" / "quick" / "ArXiv" / "soft" / "cell.json").stat().st_mtime == mtime
 
 
 def test_scales_round_trip_through_yaml(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback, TrainerControl, TrainerState
@@ -85,6 +86,7 @@ class PrivacyAuditCallback(TrainerCallback):
         self.canary_callback = canary_callback
         self.model_name = model_name
         self.reports: list[AuditReport] = []
+        self.seconds = 0.0  # wall time spent auditing, so callers can report training time without it
 
     @property
     def report(self) -> AuditReport | None:
@@ -92,6 +94,7 @@ class PrivacyAuditCallback(TrainerCallback):
         return self.reports[-1] if self.reports else None
 
     def _audit(self, args: TrainingArguments, state: TrainerState, model: PreTrainedModel, tag: str) -> None:
+        start = time.perf_counter()
         model = getattr(model, "module", model)  # unwrap DistributedDataParallel
         report = run_audit(model, self.tokenizer, self.split, reference=self.reference,
                            reference_tokenizer=self.reference_tokenizer, config=self.config,
@@ -104,6 +107,7 @@ class PrivacyAuditCallback(TrainerCallback):
         self.reports.append(report)
         if tag == "final":
             write_model_card_section(args.output_dir, report)
+        self.seconds += time.perf_counter() - start
 
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                        model: PreTrainedModel | None = None, **kwargs) -> None:

@@ -27,6 +27,7 @@ from privft.paper.published import domain_analogues
 from privft.paraphrase import NeighbourParaphraser, ParaphraseCache
 from privft.pipeline import (
     DataSettings,
+    DPSettings,
     RunConfig,
     SoftSettings,
     load_split,
@@ -37,6 +38,7 @@ from privft.scoring import StatsCache
 from privft.training import FinetuneSettings, LoraSettings
 
 METHODS = ("pretrained", "full_ft", "lora", "soft")
+DP_METHODS = {"dp_eps_0.01": 0.01, "dp_eps_100": 100.0}  # Table 5's DP-LoRA rows: target ε of each
 PAPER_ATTACKS = ("loss", "zlib", "lowercase", "min_k", "min_k_pp", "ref_ratio", "recall", "con_recall",
                  "ensemble", "neighbourhood")
 SOFT_FRACTION = 0.5  # the defender's neighbour paraphraser swaps half the words of each rewritten part
@@ -99,6 +101,7 @@ class Cell:
     report: dict[str, Any]
     train_seconds: float | None = None
     adaptive: dict[str, Any] = field(default_factory=dict)
+    privacy: dict[str, Any] | None = None  # DP-LoRA's guarantee (ε spent, δ, σ, steps) for the DP cells
 
 
 @dataclass
@@ -130,17 +133,19 @@ def domain_data(scale: PaperScale, domain: str, paraphraser: NeighbourParaphrase
 
 
 def run_config(scale: PaperScale, domain: str, method: str, out: Path) -> RunConfig:
-    """The training run of one trained cell: full FT, LoRA, or full FT with SOFT (paper rule)."""
-    lora = LoraSettings(rank=scale.lora_rank, alpha=2 * scale.lora_rank) if method == "lora" else None
+    """The training run of one trained cell: full FT, LoRA, full FT with SOFT (paper rule), or DP-LoRA."""
+    uses_lora = method == "lora" or method in DP_METHODS
+    lora = LoraSettings(rank=scale.lora_rank, alpha=2 * scale.lora_rank) if uses_lora else None
     training = FinetuneSettings(
         epochs=scale.epochs, batch_size=scale.batch_size, max_length=scale.max_length, seed=scale.seed,
         learning_rate=scale.lora_learning_rate if lora else scale.full_learning_rate, lora=lora,
         output_dir=str(out / "training"))
     soft = (SoftSettings(rule="paper", paraphraser_options={"fraction": SOFT_FRACTION}) if method == "soft"
             else SoftSettings())
+    dp = DPSettings(target_epsilon=DP_METHODS[method]) if method in DP_METHODS else DPSettings()
     # privft's own end-of-training audit stays light; it fills the statistics cache the paper audit reads.
     light_audit = replace(audit_config(scale), attacks=("loss",), n_bootstrap=100)
-    return RunConfig(model=scale.model, training=training, soft=soft, audit=light_audit,
+    return RunConfig(model=scale.model, training=training, soft=soft, dp=dp, audit=light_audit,
                      data=DataSettings(corpus=domain_analogues()[domain].corpus, max_words=scale.max_words))
 
 
@@ -243,7 +248,7 @@ def _run_cell(auditor: Auditor, out: Path) -> Cell:
         return auditor.audit(auditor.reference, None)
     callback = _PaperAudit(auditor)
     config = run_config(auditor.scale, auditor.domain, auditor.method, out)
-    run_training(config, split=auditor.data.train, extra_callbacks=[callback])
+    result = run_training(config, split=auditor.data.train, extra_callbacks=[callback])
     if callback.cell is None:
         raise RuntimeError(f"{auditor.domain}/{auditor.method}: training ended without the final audit.")
-    return callback.cell
+    return replace(callback.cell, privacy=result.privacy)

@@ -10,7 +10,8 @@ import numpy as np
 from privft.paper.published import Published
 from privft.paper.reproduce import Cell
 
-METHOD_LABELS = {"pretrained": "Pretrained", "full_ft": "FT", "lora": "LoRA", "soft": "SOFT"}
+METHOD_LABELS = {"pretrained": "Pretrained", "full_ft": "FT", "lora": "LoRA", "soft": "SOFT",
+                 "dp_eps_0.01": "DP-LoRA ε = 0.01", "dp_eps_100": "DP-LoRA ε = 100"}
 # The paper's rows, in its order, with the key of our measurement (the bag-of-words row is the blind baseline).
 PAPER_ROWS = (("Loss", "loss"), ("Zlib", "zlib"), ("Lowercase", "lowercase"), ("Min-K", "min_k"),
               ("Min-K++", "min_k_pp"), ("Ratio", "ref_ratio"), ("Bag-of-words", "blind_baseline"),
@@ -174,6 +175,29 @@ def adaptive_markdown(cells: Sequence[Cell], published: Published) -> str:
     return (f"### Measured: adaptive attackers (Ratio-based; see privft/paper/adaptive.py)\n\n"
             f"{_markdown(header, rows)}\n### Published (SOFT, adaptive attacks)\n\n"
             f"{_markdown(['Attacker', 'FT AUC', 'FT TPR@1 %', 'SOFT AUC', 'SOFT TPR@1 %'], pub)}")
+
+
+def dp_markdown(cells: Sequence[Cell], published: Published) -> str:
+    """Table 5's layout (pretrained, DP-LoRA at two ε, SOFT × perplexity, Ensemble AUC), measured then published."""
+    domains, methods, grid = _grid(cells)
+    rows = []
+    for m in methods:
+        row = [METHOD_LABELS[m]]
+        for d in domains:
+            cell = grid[d, m]
+            p, auc = cell.report["perplexity"], attack_metrics(cell, "ensemble")["auc"]
+            spent = DASH if cell.privacy is None else (f"{cell.privacy['epsilon']:.3g} "
+                                                       f"(δ = {cell.privacy['delta']:.1e}, σ = "
+                                                       f"{cell.privacy['noise_multiplier']:.3g})")
+            row += [f"{p['value']:.2f} ({p['n_texts']} texts)",
+                    f"{auc['auc']:.3f} ({auc['ci_low']:.2f}–{auc['ci_high']:.2f}; "
+                    f"{auc['n_members']} vs {auc['n_non_members']})", spent]
+        rows.append(row)
+    header = ["Method", *[c for d in domains for c in (f"{d} perplexity", f"{d} Ensemble AUC", f"{d} ε spent")]]
+    return (f"### Measured: DP-LoRA against SOFT (Table 5 layout)\n\n{_markdown(header, rows)}\n"
+            "ε spent is the PRV accountant's bound after training, at the δ shown; the privacy unit is one "
+            "training sequence. Perplexity on the validation texts; the Ensemble is measured on the part of the "
+            "split it was not fitted on.\n\n" + dp_published_markdown(published))
 
 
 def dp_published_markdown(published: Published) -> str:

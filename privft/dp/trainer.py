@@ -1,0 +1,147 @@
+"""`make_private(trainer, ...)`: turn an existing Trainer or trl SFTTrainer into its DP-LoRA version.
+
+One Trainer step is one Poisson-sampled logical batch (expected size L =
+`per_device_train_batch_size`), split inside the step into physical chunks of at most P
+sequences. Each chunk's per-sequence losses are back-propagated through opacus' hooks; every
+chunk but the last is clipped and accumulated (a skipped DPOptimizer step), and the Trainer's own
+`optimizer.step()` clips the last chunk, adds the noise once and divides by L (public), never by
+the realised batch size. An empty draw is a noise-only step.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+from typing import Any
+
+import datasets
+import torch
+from torch import nn
+from torch.utils.data import DataLoader
+from transformers import Trainer
+from transformers.trainer_utils import get_last_checkpoint
+
+from privft.dp.callback import STATE_FILE, DPLoraCallback
+from privft.dp.checks import DPConfigError, check_trainer
+from privft.dp.engine import DPLoraEngine
+from privft.dp.loss import sequence_losses
+from privft.dp.sampling import is_empty, poisson_dataloader
+
+
+class DPLoraTrainerMixin:
+    """The Trainer methods DP-LoRA replaces; `make_private` puts this class in front of the Trainer's own."""
+
+    dp: DPLoraEngine
+
+    def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any) -> Any:
+        """Train; on resume, restore the accountant from the checkpoint's `dp_state.json` or refuse."""
+        if resume_from_checkpoint is True:
+            resume_from_checkpoint = get_last_checkpoint(self.args.output_dir)
+            if resume_from_checkpoint is None:
+                raise ValueError(f"No checkpoint found in {self.args.output_dir} to resume from.")
+        self._dp_resume_state = None
+        if resume_from_checkpoint:
+            path = os.path.join(resume_from_checkpoint, STATE_FILE)
+            if not os.path.isfile(path):
+                raise DPConfigError(f"{resume_from_checkpoint} has no {STATE_FILE}: resuming without the accountant's "
+                                    "history would under-report ε. Resume from a checkpoint of a DP-LoRA run.")
+            with open(path, encoding="utf-8") as handle:
+                self._dp_resume_state = json.load(handle)
+        return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
+
+    def get_train_dataloader(self) -> DataLoader:
+        """Calibrate σ for this dataset and schedule, and serve Poisson-sampled logical batches."""
+        check_trainer(self)  # again: the dataset or arguments may have changed since make_private
+        dataset, collator = self.train_dataset, self.data_collator
+        if isinstance(dataset, datasets.Dataset):
+            dataset = self._remove_unused_columns(dataset, description="Training")
+        else:
+            collator = self._get_collator_with_removed_columns(collator, description="Training")
+        n_examples, batch_size = len(dataset), self.args.per_device_train_batch_size
+        steps_per_epoch = math.ceil(n_examples / batch_size)
+        steps = self.args.max_steps if self.args.max_steps > 0 else math.ceil(self.args.num_train_epochs
+                                                                               * steps_per_epoch)
+        calibration = self.dp.calibrate(n_examples, batch_size, steps)
+        if getattr(self, "_dp_resume_state", None) is not None:
+            self.dp.load_state_dict(self._dp_resume_state)
+            self._dp_resume_state = None
+        return poisson_dataloader(dataset, collator, sample_rate=calibration.sample_rate,
+                                  steps_per_epoch=steps_per_epoch, seed=self.args.seed,
+                                  num_workers=self.args.dataloader_num_workers)
+
+    def create_optimizer(self, model: nn.Module | None = None) -> torch.optim.Optimizer:
+        """The Trainer's optimizer (same parameter groups), wrapped in opacus' DPOptimizer."""
+        optimizer = super().create_optimizer(model)
+        if optimizer is not self.dp.optimizer:
+            self.optimizer = self.dp.wrap_optimizer(optimizer)
+        return self.optimizer
+
+    def training_step(self, model: nn.Module, inputs: dict[str, Any],
+                      num_items_in_batch: torch.Tensor | int | None = None) -> torch.Tensor:
+        """Back-propagate one logical batch chunk by chunk; the Trainer's next optimizer.step() noises it once."""
+        if self.dp.budget_exhausted:
+            raise RuntimeError(f"All {self.dp.calibration.steps} noised steps the budget ε = "
+                               f"{self.dp.target_epsilon:g} was calibrated for are spent; another step would "
+                               "exceed it.")
+        model.train()
+        optimizer = self.dp.optimizer
+        if is_empty(inputs):
+            for p in optimizer.params:  # zero per-sample gradients: the step adds noise only
+                p.grad_sample = torch.zeros((0, *p.shape), dtype=p.dtype, device=p.device)
+            return torch.zeros((), device=self.args.device)
+        inputs = self._prepare_inputs(inputs)
+        n = len(inputs["input_ids"])
+        chunk = self.dp.physical_batch_size or n
+        total = torch.zeros((), device=self.args.device)
+        for start in range(0, n, chunk):
+            part = {k: v[start:start + chunk] for k, v in inputs.items() if isinstance(v, torch.Tensor)}
+            with self.compute_loss_context_manager():
+                losses = sequence_losses(model, part)
+            losses.mean().backward()  # opacus' hooks rescale by the chunk size: per-sequence gradients
+            total += losses.detach().sum()
+            if start + chunk < n:  # clip and accumulate this chunk; noise comes once, at the Trainer's step
+                optimizer.signal_skip_step(True)
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+        return total / n
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """Log as the Trainer does, with ε spent so far (`dp/epsilon`, PRV) beside every entry."""
+        if self.dp.calibration is not None:
+            logs = {**logs, "dp/epsilon": self.dp.epsilon(), "dp/noised_steps": self.dp.noised_steps}
+        super().log(logs, start_time)
+
+
+@functools.cache
+def _private_class(trainer_class: type[Trainer]) -> type[Trainer]:
+    return type(f"DPLora{trainer_class.__name__}", (DPLoraTrainerMixin, trainer_class), {})
+
+
+def make_private(trainer: Trainer, *, target_epsilon: float, target_delta: float | None = None,
+                 max_grad_norm: float = 1.0, physical_batch_size: int | None = None) -> Trainer:
+    """Make `trainer` (a Trainer or SFTTrainer on a peft LoRA model) train with DP-SGD; returns it.
+
+    target_epsilon: ε after the whole run (PRV accountant), for δ = `target_delta` (default
+        min(1e-5, 1/N^1.1) for N training sequences). The noise is calibrated for the run's
+        epochs or max_steps at q = L/N, L = `per_device_train_batch_size`; training stops when
+        those steps are spent.
+    max_grad_norm: C, the bound on each sequence's gradient norm (the Trainer's own
+        `max_grad_norm` must be 0).
+    physical_batch_size: at most this many sequences per forward pass (default: the whole
+        logical batch); it changes memory, not the result.
+
+    Refuses set-ups that break the guarantee (packing, padding-free batches, non-reentrant
+    gradient checkpointing, DoRA, LoRA on embeddings, fp16, HF gradient clipping, gradient
+    accumulation, several processes), listing every problem at once.
+    """
+    if isinstance(trainer, DPLoraTrainerMixin):
+        raise ValueError("This trainer is already private; call make_private once per Trainer.")
+    check_trainer(trainer)
+    engine = DPLoraEngine(target_epsilon=target_epsilon, target_delta=target_delta, max_grad_norm=max_grad_norm,
+                          physical_batch_size=physical_batch_size)
+    trainer.__class__ = _private_class(type(trainer))
+    trainer.dp = engine
+    trainer.add_callback(DPLoraCallback(engine))
+    return trainer

@@ -1,0 +1,236 @@
+"""DP-LoRA: per-sample gradients, chunking, frozen base, accounting, empty batches, resume, refusals."""
+
+from __future__ import annotations
+
+import copy
+import os
+import warnings
+
+import pytest
+import torch
+from peft import LoraConfig, get_peft_model
+from transformers import DataCollatorForLanguageModeling, Trainer, TrainerCallback, TrainingArguments
+
+from privft.dp import DPConfigError, DPLoraEngine, default_delta, make_private, sequence_losses
+from privft.dp.callback import STATE_FILE
+from privft.training import LoraSettings, tokenize_for_training
+
+LORA = LoraSettings(rank=4, alpha=8, targets=("q_proj", "v_proj", "down_proj"))
+
+
+@pytest.fixture()
+def lora_model(tiny_model):
+    return get_peft_model(tiny_model, LORA.to_peft())
+
+
+@pytest.fixture(scope="module")
+def dataset(tokenizer, local_texts):
+    return tokenize_for_training(tokenizer, [t[:160] for t in local_texts[:48]], 48)
+
+
+def _trainer(model, tokenizer, dataset, tmp_path, **overrides) -> Trainer:
+    settings = dict(output_dir=str(tmp_path), max_steps=4, per_device_train_batch_size=8, learning_rate=5e-2,
+                    use_cpu=True, report_to="none", save_strategy="no", logging_steps=1, max_grad_norm=0.0,
+                    disable_tqdm=True, seed=0, lr_scheduler_type="constant")
+    args = TrainingArguments(**{**settings, **overrides})
+    return Trainer(model=model, args=args, train_dataset=dataset,
+                   data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False))
+
+
+def _lora_state(model) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def test_default_delta_is_below_one_over_n():
+    assert default_delta(64) == default_delta(30_000) == 1e-5  # 1/N^1.1 is the smaller one only past ~35,000
+    assert default_delta(10 ** 6) == pytest.approx(10 ** -6.6)
+
+
+def test_lora_per_sample_gradients_equal_a_per_example_loop(lora_model, tokenizer, dataset):
+    engine = DPLoraEngine(target_epsilon=8.0)
+    collate = DataCollatorForLanguageModeling(tokenizer, mlm=False)
+    batch = collate([dataset[i] for i in range(5)])  # different lengths: right padding and -100 labels
+    lora_model.train()
+    engine.attach_hooks(lora_model)
+    sequence_losses(lora_model, batch).mean().backward()
+    params = [p for p in lora_model.parameters() if p.requires_grad]
+    per_sample = [p.grad_sample.detach().clone() for p in params]
+    engine.remove_hooks()
+    for i in range(5):
+        lora_model.zero_grad()
+        sequence_losses(lora_model, {k: v[i:i + 1] for k, v in batch.items()}).sum().backward()
+        loop = torch.cat([p.grad.flatten() for p in params])
+        hooks = torch.cat([g[i].flatten() for g in per_sample])
+        assert loop.norm() > 0
+        assert ((hooks - loop).norm() / loop.norm()).item() <= 1e-5
+
+
+class _NoNoise(TrainerCallback):
+    """Sets σ = 0 on the real DPOptimizer, so two runs can be compared update for update."""
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+
+    def on_train_begin(self, *args, **kwargs):
+        self.trainer.dp.optimizer.noise_multiplier = 0.0
+
+
+def test_chunked_logical_batch_gives_the_unchunked_update(lora_model, tokenizer, dataset, tmp_path):
+    updates = []
+    for chunk in (None, 3):
+        model = copy.deepcopy(lora_model)
+        before = _lora_state(model)
+        trainer = make_private(_trainer(model, tokenizer, dataset, tmp_path, optim="sgd", logging_steps=4),
+                               target_epsilon=8.0, physical_batch_size=chunk)  # batches of 0-16 sequences
+        trainer.add_callback(_NoNoise(trainer))
+        trainer.train()
+        updates.append(torch.cat([(p.detach() - before[n]).flatten() for n, p in model.named_parameters()
+                                  if n in before]))
+    whole, chunked = updates
+    assert whole.norm() > 0
+    assert ((chunked - whole).norm() / whole.norm()).item() <= 1e-5
+
+
+@pytest.fixture(scope="module")
+def private_run(tokenizer, dataset, tmp_path_factory):
+    """One DP-LoRA run of 4 steps at ε = 8 with checkpoints every 2 steps, and the weights before it."""
+    from privft.models import build_tiny_llama
+
+    model = get_peft_model(build_tiny_llama(tokenizer), LORA.to_peft())
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    out = tmp_path_factory.mktemp("private-run")
+    trainer = make_private(_trainer(copy.deepcopy(model), tokenizer, dataset, out, save_strategy="steps",
+                                    save_steps=2), target_epsilon=8.0)
+    trainer.train()
+    return model, before, trainer
+
+
+def test_lora_moves_base_stays_bit_identical_and_epsilon_stays_within_target(private_run, dataset):
+    _, before, trainer = private_run
+    params = dict(trainer.model.named_parameters())
+    assert all(torch.equal(p, before[n]) for n, p in params.items() if not p.requires_grad)
+    assert any(not torch.equal(p, before[n]) for n, p in params.items() if p.requires_grad)
+    dp = trainer.dp
+    assert dp.noised_steps == dp.calibration.steps == trainer.state.global_step == 4
+    assert dp.epsilon() <= 8.0
+    logged = [e["dp/epsilon"] for e in trainer.state.log_history if "dp/epsilon" in e]
+    assert len(logged) >= 4 and logged == sorted(logged) and logged[-1] <= 8.0
+    assert not hasattr(next(p for p in params.values() if p.requires_grad), "grad_sample")  # hooks removed
+    with pytest.raises(RuntimeError, match="noised steps"):
+        trainer.training_step(trainer.model, trainer.data_collator([dataset[0]]))
+
+
+def test_empty_poisson_batches_are_noise_only_steps(lora_model, tokenizer, dataset, tmp_path):
+    sizes = []
+    collate = DataCollatorForLanguageModeling(tokenizer, mlm=False)
+    trainer = _trainer(lora_model, tokenizer, dataset, tmp_path, per_device_train_batch_size=1, max_steps=12,
+                       logging_steps=12)
+    trainer.data_collator = lambda samples: sizes.append(len(samples)) or collate(samples)
+    lora = _lora_state(lora_model)
+    make_private(trainer, target_epsilon=8.0)
+    trainer.train()
+    assert trainer.dp.noised_steps == 12
+    assert len(sizes) < 12  # q = 1/48: some of the 12 draws were empty, and still took a noised step
+    assert any(not torch.equal(p, lora[n]) for n, p in lora_model.named_parameters() if n in lora)
+
+
+def test_resume_restores_the_accountant_and_keeps_epsilon(private_run, tokenizer, dataset):
+    model, _, straight = private_run
+    out = straight.args.output_dir
+    assert os.path.exists(os.path.join(out, "checkpoint-2", STATE_FILE))
+
+    def resume():
+        trainer = make_private(_trainer(copy.deepcopy(model), tokenizer, dataset, out), target_epsilon=8.0)
+        trainer.train(resume_from_checkpoint=os.path.join(out, "checkpoint-2"))
+        return trainer
+
+    resumed = resume()
+    assert resumed.dp.noised_steps == 4
+    assert resumed.dp.epsilon() == pytest.approx(straight.dp.epsilon())
+    os.remove(os.path.join(out, "checkpoint-2", STATE_FILE))
+    with pytest.raises(DPConfigError, match="under-report"):
+        resume()
+
+
+def test_sft_trainer_trains_privately(lora_model, tokenizer, dataset, tmp_path):
+    from trl import SFTConfig, SFTTrainer
+
+    config = SFTConfig(output_dir=str(tmp_path), max_steps=4, logging_steps=4, per_device_train_batch_size=8,
+                       use_cpu=True, report_to="none", save_strategy="no", disable_tqdm=True, max_grad_norm=0.0,
+                       activation_checkpointing=False, dataset_kwargs={"skip_prepare_dataset": True})
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer = SFTTrainer(model=lora_model, args=config, train_dataset=dataset, processing_class=tokenizer)
+    make_private(trainer, target_epsilon=8.0)
+    trainer.train()
+    assert trainer.dp.noised_steps == 4 and trainer.dp.epsilon() <= 8.0
+    assert type(trainer).__name__ == "DPLoraSFTTrainer"
+
+
+REFUSALS = {
+    "packing": ("sft", dict(packing=True), "packing"),
+    "padding-free": ("sft", dict(padding_free=True, max_length=None), "padding_free"),
+    "non-reentrant checkpointing": ("sft", dict(), "use_reentrant"),
+    "HF clipping": ("hf", dict(max_grad_norm=1.0), "max_grad_norm"),
+    "accumulation": ("hf", dict(gradient_accumulation_steps=2), "gradient_accumulation_steps"),
+}
+
+
+@pytest.mark.parametrize("case", REFUSALS, ids=list(REFUSALS))
+def test_unsafe_trainer_settings_are_refused(lora_model, tokenizer, dataset, tmp_path, case):
+    kind, overrides, message = REFUSALS[case]
+    if kind == "sft":
+        from trl import SFTConfig, SFTTrainer
+
+        base = dict(max_grad_norm=0.0, activation_checkpointing=False)
+        if case == "non-reentrant checkpointing":
+            base.pop("activation_checkpointing")  # SFTConfig's default: on, non-reentrant
+        config = SFTConfig(output_dir=str(tmp_path), use_cpu=True, report_to="none",
+                           dataset_kwargs={"skip_prepare_dataset": True}, **{**base, **overrides})
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            trainer = SFTTrainer(model=lora_model, args=config, train_dataset=dataset, processing_class=tokenizer)
+    else:
+        trainer = _trainer(lora_model, tokenizer, dataset, tmp_path, **overrides)
+    with pytest.raises(DPConfigError, match=message):
+        make_private(trainer, target_epsilon=8.0)
+
+
+def test_fp16_and_several_processes_are_refused(lora_model, tokenizer, dataset, tmp_path, monkeypatch):
+    trainer = _trainer(lora_model, tokenizer, dataset, tmp_path)
+    trainer.args.fp16 = True  # fp16 cannot be requested on a CPU machine; set it as a GPU run would have it
+    monkeypatch.setattr(TrainingArguments, "world_size", property(lambda self: 2))
+    with pytest.raises(DPConfigError, match=r"(?s)GradScaler.*2 processes"):
+        make_private(trainer, target_epsilon=8.0)
+
+
+@pytest.mark.parametrize("lora", [dict(use_dora=True), dict(target_modules=["embed_tokens", "q_proj"])],
+                         ids=["DoRA", "embeddings"])
+def test_dora_and_embedding_lora_are_refused(tiny_model, tokenizer, dataset, tmp_path, lora):
+    model = get_peft_model(tiny_model, LoraConfig(r=4, **{"target_modules": ["q_proj"], **lora}))
+    with pytest.raises(DPConfigError, match="DoRA" if "use_dora" in lora else "embedding"):
+        make_private(_trainer(model, tokenizer, dataset, tmp_path), target_epsilon=8.0)
+
+
+def test_a_model_without_adapters_is_refused(tiny_model, tokenizer, dataset, tmp_path):
+    with pytest.raises(DPConfigError, match="get_peft_model"):
+        make_private(_trainer(tiny_model, tokenizer, dataset, tmp_path), target_epsilon=8.0)
+
+
+def test_soft_view_as_training_set_is_refused(lora_model, tokenizer, local_texts, tmp_path):
+    from privft.defend.soft import prepare_soft
+
+    texts = [t[:120] for t in local_texts[:12]]
+    view, _ = prepare_soft(tokenizer, texts, [t.upper() for t in texts], texts[:2], max_length=48)
+    with pytest.raises(DPConfigError, match="SOFT"):
+        make_private(_trainer(lora_model, tokenizer, view, tmp_path), target_epsilon=8.0)
+
+
+def test_run_config_refuses_dp_with_full_fine_tuning_or_soft():
+    from privft.pipeline import DPSettings, RunConfig, SoftSettings
+    from privft.training import FinetuneSettings
+
+    with pytest.raises(ValueError, match="LoRA adapters only"):
+        RunConfig(training=FinetuneSettings(lora=None), dp=DPSettings(target_epsilon=1.0))
+    with pytest.raises(ValueError, match="SOFT"):
+        RunConfig(soft=SoftSettings(rule="paper"), dp=DPSettings(target_epsilon=1.0))
