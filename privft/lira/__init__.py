@@ -1,0 +1,7 @@
+"""Shadow-model attacks on stored per-token losses: LiRA (univariate and sequence-aware) and offline RMIA."""
+
+from privft.lira.evaluate import ShadowAttack, leave_one_out
+from privft.lira.lira import LiRA
+from privft.lira.rmia import RMIA
+
+__all__ = ["RMIA", "LiRA", "ShadowAttack", "leave_one_out"]
