@@ -60,13 +60,17 @@ def with_missing_identity(covariance: np.ndarray, valid: np.ndarray) -> np.ndarr
     return out
 
 
-def jittered_cholesky(covariance: np.ndarray) -> np.ndarray:
-    """Lower Cholesky factors of a batch, adding jitter × mean variance to the diagonal until all succeed."""
-    scale = np.maximum(np.einsum("bii->b", covariance) / covariance.shape[1], np.finfo(float).tiny)
+def jittered_cholesky(covariance: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """Lower Cholesky factors of a batch, adding jitter × mean variance to the valid diagonal until all succeed.
+
+    Jitter scales with the variance of the valid positions only, so padding a text leaves its factor unchanged.
+    """
+    scale = np.einsum("bii,bi->b", covariance, valid) / valid.sum(axis=1)
+    scale = np.maximum(scale, np.finfo(float).tiny)[:, None] * valid
     jitter = JITTER
     while True:
         try:
-            return np.linalg.cholesky(covariance + (jitter * scale)[:, None, None] * np.eye(covariance.shape[1]))
+            return np.linalg.cholesky(covariance + (jitter * scale)[:, :, None] * np.eye(covariance.shape[1]))
         except np.linalg.LinAlgError:
             if jitter >= MAX_JITTER:
                 raise ValueError(

@@ -92,7 +92,8 @@ class LiRA:
                 if per_example:
                     covariance = scatter / rows[group][block, None, None]
                     chol[group][block] = jittered_cholesky(
-                        structured_covariance(covariance, rows[group][block], valid[block], self.estimator))
+                        structured_covariance(covariance, rows[group][block], valid[block], self.estimator),
+                        valid[block])
                 else:
                     pooled[group] += scatter.sum(axis=0)
         for group, members in groups.items():
@@ -173,5 +174,5 @@ class LiRA:
         for start in range(0, len(valid), CHUNK):
             block = slice(start, start + CHUNK)
             chol[block] = jittered_cholesky(with_missing_identity(
-                np.broadcast_to(pooled, chol[block].shape), valid[block]))
+                np.broadcast_to(pooled, chol[block].shape), valid[block]), valid[block])
         return chol
