@@ -10,6 +10,7 @@ from sklearn.covariance import oas
 from privft.lira import RMIA, LiRA, leave_one_out
 from privft.lira.audit import default_variants, run_lira_audit
 from privft.lira.gaussian import jittered_cholesky, log_density, oas_shrink
+from privft.lira.inputs import confidence
 from privft.metrics import evaluate_attack, tpr_at_fpr
 
 
@@ -63,16 +64,26 @@ def test_sequence_aware_lira_beats_univariate_at_low_fpr_on_correlated_token_los
     assert full.true_positives > 3 * independent.true_positives  # the shared level is a correlation only OAS sees
 
 
-def test_offline_lira_on_shifted_members_reaches_the_analytic_tpr():
+@pytest.mark.parametrize(("location", "efficiency"), [("mean", 1.0), ("median", np.pi / 2)])
+def test_offline_lira_on_shifted_members_reaches_the_analytic_tpr(location, efficiency):
     rng = np.random.default_rng(3)
     n_models, n_examples, sigma, delta, fpr = 64, 500, 0.2, 0.4, 0.01
     keep = rng.random((n_models, n_examples)).argsort(axis=0) < n_models // 2
     losses = rng.gamma(2.0, 1.0, (n_examples, 1)) + rng.normal(0, sigma, (n_models, n_examples, 1)) - delta * keep[..., None]
-    result = pooled_tpr(LiRA(estimator="univariate", online=False, variance="global"), losses, keep, fpr)
-    # z = (s − μ̂_out) / σ: OUT ~ N(0, c²), IN ~ N(δ/σ, c²) with c² = 1 + 1/n_out from the estimated mean.
-    c = np.sqrt(1 + 1 / (n_models / 2 - 0.5))
+    attack = LiRA(estimator="univariate", online=False, variance="global", location=location)
+    result = pooled_tpr(attack, losses, keep, fpr)
+    # z = (s − μ̂_out) / σ: OUT ~ N(0, c²), IN ~ N(δ/σ, c²) with c² = 1 + efficiency / n_out from the
+    # estimated location (the median's variance is π/2 times the mean's).
+    c = np.sqrt(1 + efficiency / (n_models / 2 - 0.5))
     expected = norm.cdf(delta / (sigma * c) - norm.ppf(1 - fpr))
     assert abs(result.tpr - expected) < 0.03, (result.tpr, expected)
+
+
+def test_logit_statistic_is_the_log_odds_of_the_token_probability():
+    losses = np.array([0.05, 0.7, 3.0, np.nan])
+    p = np.exp(-losses)
+    np.testing.assert_allclose(confidence(losses, "logit"), np.log(p / (1 - p)))
+    assert np.isfinite(confidence(np.array([0.0]), "logit")).all()
 
 
 @pytest.mark.parametrize("attack", [LiRA(estimator="oas"), LiRA(estimator="independent", covariance="classwise"),
