@@ -24,13 +24,13 @@ from privft.training import FinetuneSettings
 
 @pytest.fixture()
 def settings(local_texts, tiny_model, tokenizer, tmp_path) -> ShadowSettings:
-    """A 4-shadow farm of full fine-tunes of the tiny Llama over 16 pydoc paragraphs, 2 canaries, 4 population texts."""
+    """A 6-shadow farm of full fine-tunes of the tiny Llama over 16 pydoc paragraphs, 2 canaries, 4 population texts."""
     texts = [t[:200] for t in local_texts if len(t) >= 120][:40]
     (tmp_path / "pool.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
     tiny_model.save_pretrained(tmp_path / "base")
     tokenizer.save_pretrained(tmp_path / "base")
     return ShadowSettings(
-        model=str(tmp_path / "base"), n_shadows=4, window=16, seed=3,
+        model=str(tmp_path / "base"), n_shadows=6, window=16, seed=3,
         pool=PoolSettings(corpus=None, path=str(tmp_path / "pool.jsonl"), max_words=None, n_candidates=16,
                           n_population=4),
         training=FinetuneSettings(epochs=1, learning_rate=1e-2, batch_size=8, max_length=64, lora=None),
@@ -40,7 +40,7 @@ def settings(local_texts, tiny_model, tokenizer, tmp_path) -> ShadowSettings:
 def test_plan_is_balanced_seeded_and_round_trips(settings, tmp_path):
     plan = ShadowPlan.build(settings)
     trained = plan.keep[:, plan.kinds.index("candidate"):plan.indices("population")[0]]
-    assert (trained.sum(axis=0) == 2).all()  # every candidate and canary IN for exactly half of the 4 shadows
+    assert (trained.sum(axis=0) == 3).all()  # every candidate and canary IN for exactly half of the 6 shadows
     assert not plan.keep[:, plan.indices("population")].any()
     canary = plan.texts[plan.indices("canary")[0]]
     inside = int(np.flatnonzero(plan.keep[:, plan.indices("canary")[0]])[0])
@@ -68,17 +68,17 @@ def test_shadow_jobs_resume_through_the_cli_and_feed_a_lira_audit(settings, tmp_
     save_yaml(settings, config)
     main(["shadows", "plan", str(config), "--out", str(farm)])
     main(["shadows", "train", str(farm), "--index", "2"])
-    with pytest.raises(SystemExit, match=r"Shadows \[0, 1, 3\].*--missing"):
+    with pytest.raises(SystemExit, match=r"Shadows \[0, 1, 3, 4, 5\].*--missing"):
         main(["lira", str(farm)])
     done = losses_path(farm, 2).stat().st_mtime_ns
     main(["shadows", "train", str(farm), "--missing"])
     assert losses_path(farm, 2).stat().st_mtime_ns == done  # a finished job is not redone
     plan, losses = load_losses(farm)
-    assert losses.shape == (4, 22, 16) and np.isnan(losses[:, plan.indices("canary")]).any()  # short: NaN-padded
+    assert losses.shape == (6, 22, 16) and np.isnan(losses[:, plan.indices("canary")]).any()  # short: NaN-padded
     assert (np.isnan(losses) == np.isnan(losses[:1])).all()  # the same tokens are scored in every shadow
     main(["lira", str(farm), "--out", str(tmp_path / "lira"), "--bootstrap", "10",
           "--variants", "univariate shared,oas shared,oas offline,rmia offline"])
     report = json.loads((tmp_path / "lira" / "lira.json").read_text())
     assert set(report["metrics"]["candidate"]) == {"univariate shared", "oas shared", "oas offline", "rmia offline"}
-    assert report["metrics"]["canary"]["oas shared"]["auc"]["n_members"] == 4  # 2 canaries × 2 targets holding each
+    assert report["metrics"]["canary"]["oas shared"]["auc"]["n_members"] == 6  # 2 canaries × 3 targets holding each
     assert "privft shadows train" in capsys.readouterr().out
