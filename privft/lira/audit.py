@@ -24,7 +24,7 @@ from privft.lira.rmia import RMIA
 from privft.metrics import DEFAULT_MAX_FPRS, AttackMetrics, evaluate_attack
 from privft.report import package_versions, roc_png, tpr_cell
 
-REPORTED_KINDS = ("candidate", "canary")
+REPORTED_KINDS = {"candidate": "Candidates", "canary": "Canaries"}  # kind → heading
 
 
 def default_variants(population: np.ndarray, statistic: str = "loss") -> dict[str, ShadowAttack]:
@@ -79,7 +79,7 @@ class LiraReport:
         for kind, metrics in self.metrics.items():
             first = next(iter(metrics.values()))
             fprs = [t.max_fpr for t in first.tpr_at_fpr]
-            title = (f"### {kind.capitalize()}s: {first.auc.n_members:,} member and {first.auc.n_non_members:,} "
+            title = (f"### {REPORTED_KINDS[kind]}: {first.auc.n_members:,} member and {first.auc.n_non_members:,} "
                      "non-member (target, text) pairs")
             lines += [title, "",
                       "| Variant | AUC [95 % CI] | " + " | ".join(f"TPR @ FPR ≤ {f * 100:g} %" for f in fprs) + " |",
