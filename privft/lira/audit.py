@@ -102,7 +102,7 @@ class LiraReport:
         for kind in self.metrics:
             scores, labels = self.pooled(kind)
             paths[f"roc_{kind}"] = atomic_write_bytes(directory / f"roc_{kind}.png",
-                                                      roc_png(scores, labels, f"{kind}s, leave-one-out"))
+                                                      roc_png(scores, labels, f"{REPORTED_KINDS[kind]}, leave-one-out"))
         return paths
 
 
