@@ -154,7 +154,7 @@ class AuditReport:
         for name, m in [("blind baseline (no model)", self.blind_baseline), *self.attacks.items()]:
             a = m.auc
             cells = [name + (shift if m is self.blind_baseline else ""),
-                     f"{a.auc:.3f} [{a.ci_low:.3f}, {a.ci_high:.3f}]", *map(_tpr_cell, m.tpr_at_fpr)]
+                     f"{a.auc:.3f} [{a.ci_low:.3f}, {a.ci_high:.3f}]", *map(tpr_cell, m.tpr_at_fpr)]
             lines.append("| " + " | ".join(cells) + " |")
         p = self.perplexity
         lines += ["", f"Perplexity on {p.on}: {p.value:.2f} ({p.n_texts} texts, {p.n_tokens} tokens; {p.convention})",
