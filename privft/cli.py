@@ -147,7 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
     lira.add_argument("farm", help="farm folder whose shadows are all trained")
     lira.add_argument("--statistic", default="loss", choices=("loss", "logit"), help="per-token statistic")
     lira.add_argument("--variants", help="comma-separated subset of the variant names (default: all)")
-    lira.add_argument("--max-fpr", type=float, action="append", help="FPR ceiling (repeatable; default 1e-2, 1e-3, 1e-4)")
+    lira.add_argument("--max-fpr", type=float, action="append",
+                      help="FPR ceiling (repeatable; default 1e-2, 1e-3, 1e-4)")
     lira.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for AUC CIs")
     lira.add_argument("--seed", type=int, default=0)
     lira.add_argument("--out", default="runs/lira", help="output folder for lira.json, lira.md and ROC plots")

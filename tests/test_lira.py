@@ -51,7 +51,8 @@ def test_log_density_through_cholesky_matches_scipy():
     covariance = factor @ factor.transpose(0, 2, 1) + np.eye(5)
     x, mean = rng.normal(size=(4, 5)), rng.normal(size=(4, 5))
     expected = [multivariate_normal(mean[b], covariance[b]).logpdf(x[b]) for b in range(4)]
-    np.testing.assert_allclose(log_density(x, mean, jittered_cholesky(covariance, np.ones((4, 5), bool))), expected, rtol=1e-5)
+    chol = jittered_cholesky(covariance, np.ones((4, 5), bool))
+    np.testing.assert_allclose(log_density(x, mean, chol), expected, rtol=1e-5)
 
 
 def test_sequence_aware_lira_beats_univariate_at_low_fpr_on_correlated_token_losses():
@@ -69,7 +70,8 @@ def test_offline_lira_on_shifted_members_reaches_the_analytic_tpr(location, effi
     rng = np.random.default_rng(3)
     n_models, n_examples, sigma, delta, fpr = 64, 500, 0.2, 0.4, 0.01
     keep = rng.random((n_models, n_examples)).argsort(axis=0) < n_models // 2
-    losses = rng.gamma(2.0, 1.0, (n_examples, 1)) + rng.normal(0, sigma, (n_models, n_examples, 1)) - delta * keep[..., None]
+    noise = rng.normal(0, sigma, (n_models, n_examples, 1))
+    losses = rng.gamma(2.0, 1.0, (n_examples, 1)) + noise - delta * keep[..., None]
     attack = LiRA(estimator="univariate", online=False, variance="global", location=location)
     result = pooled_tpr(attack, losses, keep, fpr)
     # z = (s − μ̂_out) / σ: OUT ~ N(0, c²), IN ~ N(δ/σ, c²) with c² = 1 + efficiency / n_out from the

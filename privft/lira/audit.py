@@ -28,7 +28,7 @@ REPORTED_KINDS = {"candidate": "Candidates", "canary": "Canaries"}  # kind → h
 
 
 def default_variants(population: np.ndarray, statistic: str = "loss") -> dict[str, ShadowAttack]:
-    """Univariate, independent and OAS LiRA (shared, class-wise, offline), fixed variance, and RMIA if a population exists."""
+    """Univariate, independent and OAS LiRA (shared, class-wise, offline), fixed variance, RMIA given a population."""
     variants: dict[str, ShadowAttack] = {
         f"{estimator} {covariance}": LiRA(estimator=estimator, covariance=covariance, statistic=statistic)
         for estimator in ESTIMATORS for covariance in COVARIANCES}
@@ -67,7 +67,8 @@ class LiraReport:
         return {
             "created": self.created, "source": self.source, "versions": self.versions, "notes": self.notes,
             "variants": self.variants,
-            "metrics": {kind: {name: m.to_dict() for name, m in metrics.items()} for kind, metrics in self.metrics.items()},
+            "metrics": {kind: {name: m.to_dict() for name, m in metrics.items()}
+                        for kind, metrics in self.metrics.items()},
             "kinds": self.kinds, "keep": self.keep.astype(int).tolist(),
             "scores": {name: np.where(np.isnan(s), None, s).tolist() for name, s in self.scores.items()},
         }

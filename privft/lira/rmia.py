@@ -35,7 +35,8 @@ class RMIA:
             raise ValueError("The 'population' parameter of RMIA must be a non-empty 1-D array of example "
                              f"indices. Got shape {self.population.shape} instead; plan shadows with n_population > 0.")
         if self.offline_a is not None and not 0 <= self.offline_a <= 1:
-            raise ValueError(f"The 'offline_a' parameter of RMIA must be in [0, 1] or None. Got {self.offline_a} instead.")
+            raise ValueError(f"The 'offline_a' parameter of RMIA must be in [0, 1] or None. "
+                             f"Got {self.offline_a} instead.")
         if self.gamma <= 0:
             raise ValueError(f"The 'gamma' parameter of RMIA must be positive. Got {self.gamma} instead.")
 

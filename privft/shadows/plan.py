@@ -149,5 +149,6 @@ class ShadowPlan:
 
     def _check_index(self, index: int) -> None:
         if not 0 <= index < self.settings.n_shadows:
-            raise ValueError(f"Shadow index {index} is out of range; this plan has shadows 0..{self.settings.n_shadows - 1}.")
+            raise ValueError(f"Shadow index {index} is out of range; this plan has shadows "
+                             f"0..{self.settings.n_shadows - 1}.")
 
