@@ -1,4 +1,4 @@
-"""The `privft` command: `audit`, `train` from a config, `compare` defences, `reproduce` the SOFT paper, `demo`."""
+"""The `privft` command: `audit`, `train`, `compare` defences, `shadows` + `lira`, `reproduce` the paper, `demo`."""
 
 from __future__ import annotations
 
@@ -78,6 +78,49 @@ def _reproduce(args: argparse.Namespace) -> None:
     print(reproduce(args.table, args.scale, args.out, domains))
 
 
+def _shadows_plan(args: argparse.Namespace) -> None:
+    from privft.config import load_yaml, save_yaml
+    from privft.shadows import ShadowPlan, ShadowSettings
+
+    if args.write_default:
+        print(f"Wrote {save_yaml(ShadowSettings(), args.config)}; edit it, then run: "
+              f"privft shadows plan {args.config} --out FARM")
+        return
+    plan = ShadowPlan.build(load_yaml(ShadowSettings, args.config))
+    path = plan.save(args.out)
+    print(f"Wrote {path}: {plan.settings.n_shadows} shadows over {len(plan.texts)} texts; run them with "
+          f"`privft shadows train {args.out} --missing` or one per job with --index I.")
+
+
+def _shadows_train(args: argparse.Namespace) -> None:
+    from privft.shadows import train_missing, train_shadow
+
+    if (args.index is None) == (not args.missing):
+        raise SystemExit("privft shadows train: give exactly one of --index I and --missing.")
+    if args.missing:
+        print(f"Trained shadows {train_missing(args.farm)}.")
+    else:
+        print(f"Stored {train_shadow(args.farm, args.index, overwrite=args.overwrite)}.")
+
+
+def _lira(args: argparse.Namespace) -> None:
+    from privft.lira.audit import default_variants, run_lira_audit
+    from privft.shadows import load_losses
+
+    plan, losses = load_losses(args.farm)
+    variants = default_variants(plan.indices("population"), statistic=args.statistic)
+    if args.variants:
+        unknown = sorted(set(args.variants.split(",")) - set(variants))
+        if unknown:
+            raise ValueError(f"Unknown LiRA variant(s) {unknown}; choose from: {', '.join(variants)}.")
+        variants = {name: variants[name] for name in args.variants.split(",")}
+    report = run_lira_audit(losses, plan.keep, plan.kinds, variants, max_fprs=tuple(args.max_fpr or DEFAULT_MAX_FPRS),
+                            n_bootstrap=args.bootstrap, seed=args.seed, source=str(args.farm))
+    paths = report.save(args.out)
+    print(report.to_markdown())
+    print(f"Report: {', '.join(str(p) for p in paths.values())}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the `privft` command."""
     parser = argparse.ArgumentParser(prog="privft", description=__doc__)
@@ -111,6 +154,31 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("config", help="YAML config (see --write-default)")
     compare.add_argument("--write-default", action="store_true", help="write the default config to CONFIG and exit")
     compare.set_defaults(run=_compare)
+
+    shadows = commands.add_parser("shadows", help="plan and train a shadow-model farm for LiRA")
+    shadow_commands = shadows.add_subparsers(dest="shadows_command", required=True)
+    plan = shadow_commands.add_parser("plan", help="draw the pool and the IN matrix; write FARM/plan.json")
+    plan.add_argument("config", help="YAML ShadowSettings (see --write-default)")
+    plan.add_argument("--out", default="runs/shadows", help="farm folder")
+    plan.add_argument("--write-default", action="store_true", help="write the default settings to CONFIG and exit")
+    plan.set_defaults(run=_shadows_plan)
+    train_shadows = shadow_commands.add_parser("train", help="train one shadow (--index) or all unfinished ones")
+    train_shadows.add_argument("farm", help="farm folder with plan.json")
+    train_shadows.add_argument("--index", type=int, help="the shadow to train (one job per index)")
+    train_shadows.add_argument("--missing", action="store_true", help="train every shadow without stored losses")
+    train_shadows.add_argument("--overwrite", action="store_true", help="retrain --index even if it is done")
+    train_shadows.set_defaults(run=_shadows_train)
+
+    lira = commands.add_parser("lira", help="leave-one-out LiRA and RMIA audit of a trained shadow farm")
+    lira.add_argument("farm", help="farm folder whose shadows are all trained")
+    lira.add_argument("--statistic", default="loss", choices=("loss", "logit"), help="per-token statistic")
+    lira.add_argument("--variants", help="comma-separated subset of the variant names (default: all)")
+    lira.add_argument("--max-fpr", type=float, action="append",
+                      help="FPR ceiling (repeatable; default 1e-2, 1e-3, 1e-4)")
+    lira.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for AUC CIs")
+    lira.add_argument("--seed", type=int, default=0)
+    lira.add_argument("--out", default="runs/lira", help="output folder for lira.json, lira.md and ROC plots")
+    lira.set_defaults(run=_lira)
 
     demo = commands.add_parser("demo", help="undefended LoRA vs SOFT on the embedded default, audited side by side")
     demo.add_argument("--model", default="smollm2-135m", help="hub id, local path or 'smollm2-135m'")

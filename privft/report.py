@@ -41,7 +41,34 @@ def package_versions() -> dict[str, str]:
     return found
 
 
-def _tpr_cell(result: TPRAtFPR) -> str:
+def roc_png(scores: dict[str, np.ndarray], labels: np.ndarray, title: str, dashed: tuple[str, ...] = ()) -> bytes:
+    """A log-log ROC plot of several score arrays on the same labels (1 = member) as PNG bytes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from sklearn.metrics import roc_curve
+
+    n_out = int((labels == 0).sum())
+    floor = 1.0 / max(n_out, 1)
+    fig, ax = plt.subplots(figsize=(6, 5))
+    for name, values in scores.items():
+        scored = np.isfinite(values)  # an attack may leave texts unscored (the Ensemble's fitting part)
+        fpr, tpr, _ = roc_curve(labels[scored], np.asarray(values)[scored])
+        ax.plot(np.maximum(fpr, floor), np.maximum(tpr, floor), "--" if name in dashed else "-", label=name)
+    ax.plot([floor, 1], [floor, 1], ":", color="grey", label="chance")
+    ax.set(xscale="log", yscale="log", xlim=(floor, 1), ylim=(floor, 1),
+           xlabel=f"false positive rate ({n_out} non-members)",
+           ylabel=f"true positive rate ({int(labels.sum())} members)", title=title)
+    ax.legend(fontsize=7, loc="lower right")
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def tpr_cell(result: TPRAtFPR) -> str:
+    """A table cell: TPR with its counts, ⚠ when the estimate carries a resolution warning."""
     if result.tpr is None:
         return "not estimable"
     flag = " ⚠" if result.warning else ""
@@ -128,7 +155,7 @@ class AuditReport:
         for name, m in [("blind baseline (no model)", self.blind_baseline), *self.attacks.items()]:
             a = m.auc
             cells = [name + (shift if m is self.blind_baseline else ""),
-                     f"{a.auc:.3f} [{a.ci_low:.3f}, {a.ci_high:.3f}]", *map(_tpr_cell, m.tpr_at_fpr)]
+                     f"{a.auc:.3f} [{a.ci_low:.3f}, {a.ci_high:.3f}]", *map(tpr_cell, m.tpr_at_fpr)]
             lines.append("| " + " | ".join(cells) + " |")
         p = self.perplexity
         lines += ["", f"Perplexity on {p.on}: {p.value:.2f} ({p.n_texts} texts, {p.n_tokens} tokens; {p.convention})",
@@ -144,29 +171,7 @@ class AuditReport:
 
     def roc_png(self) -> bytes:
         """A log-log ROC plot (one curve per attack, the blind baseline dashed) as PNG bytes."""
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from sklearn.metrics import roc_curve
-
-        n_out = int((self.labels == 0).sum())
-        floor = 1.0 / max(n_out, 1)
-        fig, ax = plt.subplots(figsize=(6, 5))
-        for name, values in self.scores.items():
-            scored = np.isfinite(values)  # the Ensemble leaves its fitting part unscored
-            fpr, tpr, _ = roc_curve(self.labels[scored], np.asarray(values)[scored])
-            style = "--" if name == "blind_baseline" else "-"
-            ax.plot(np.maximum(fpr, floor), np.maximum(tpr, floor), style, label=name)
-        ax.plot([floor, 1], [floor, 1], ":", color="grey", label="chance")
-        ax.set(xscale="log", yscale="log", xlim=(floor, 1), ylim=(floor, 1),
-               xlabel=f"false positive rate ({n_out} non-members)",
-               ylabel=f"true positive rate ({int(self.labels.sum())} members)", title=self.model)
-        ax.legend(fontsize=7, loc="lower right")
-        buffer = io.BytesIO()
-        fig.savefig(buffer, format="png", dpi=120, bbox_inches="tight")
-        plt.close(fig)
-        return buffer.getvalue()
+        return roc_png(self.scores, self.labels, self.model, dashed=("blind_baseline",))
 
     def save(self, directory: str | Path) -> dict[str, Path]:
         """Write report.json, report.md and roc.png into `directory`, each atomically."""
@@ -195,7 +200,7 @@ def comparison_markdown(reports: dict[str, AuditReport]) -> str:
                                                                                       reports.values())}
     for attack, metrics in rows.items():
         aucs = [f"{m.auc.auc:.3f} [{m.auc.ci_low:.2f}, {m.auc.ci_high:.2f}]" for m in metrics]
-        lines.append("| " + " | ".join([attack, *aucs, *[_tpr_cell(m.tpr_at_fpr[0]) for m in metrics]]) + " |")
+        lines.append("| " + " | ".join([attack, *aucs, *[tpr_cell(m.tpr_at_fpr[0]) for m in metrics]]) + " |")
     lines.append("")
     for name, report in reports.items():
         p = report.perplexity

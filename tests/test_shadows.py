@@ -1,0 +1,84 @@
+"""Shadow farms: a balanced seeded plan, resumable per-shadow jobs through the CLI, then LiRA on the stored losses."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from privft.cli import main
+from privft.config import save_yaml
+from privft.pipeline import CanarySettings
+from privft.scoring import TokenStats
+from privft.shadows import (
+    PoolSettings,
+    ShadowPlan,
+    ShadowSettings,
+    load_losses,
+    loss_windows,
+)
+from privft.shadows.job import losses_path
+from privft.training import FinetuneSettings
+
+
+@pytest.fixture()
+def settings(local_texts, tiny_model, tokenizer, tmp_path) -> ShadowSettings:
+    """A 6-shadow farm of full fine-tunes of the tiny Llama over 16 pydoc paragraphs, 2 canaries, 4 population texts."""
+    texts = [t[:200] for t in local_texts if len(t) >= 120][:40]
+    (tmp_path / "pool.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    tiny_model.save_pretrained(tmp_path / "base")
+    tokenizer.save_pretrained(tmp_path / "base")
+    return ShadowSettings(
+        model=str(tmp_path / "base"), n_shadows=6, window=16, seed=3,
+        pool=PoolSettings(corpus=None, path=str(tmp_path / "pool.jsonl"), max_words=None, n_candidates=16,
+                          n_population=4),
+        training=FinetuneSettings(epochs=1, learning_rate=1e-2, batch_size=8, max_length=64, lora=None),
+        canaries=CanarySettings(n_canaries=2, copies=2, n_alternatives=10))
+
+
+def test_plan_is_balanced_seeded_and_round_trips(settings, tmp_path):
+    plan = ShadowPlan.build(settings)
+    trained = plan.keep[:, plan.kinds.index("candidate"):plan.indices("population")[0]]
+    assert (trained.sum(axis=0) == 3).all()  # every candidate and canary IN for exactly half of the 6 shadows
+    assert not plan.keep[:, plan.indices("population")].any()
+    canary = plan.texts[plan.indices("canary")[0]]
+    inside = int(np.flatnonzero(plan.keep[:, plan.indices("canary")[0]])[0])
+    assert plan.training_texts(inside).count(canary) == 2
+    plan.save(tmp_path / "farm")
+    loaded = ShadowPlan.load(tmp_path / "farm")
+    assert loaded.texts == plan.texts and (loaded.keep == plan.keep).all() and loaded.settings == settings
+    assert (ShadowPlan.build(settings).keep == plan.keep).all()
+
+
+def test_loss_windows_keep_the_first_tokens_and_pad_short_texts_with_nan():
+    stats = [TokenStats(-np.arange(1, 6, dtype=np.float32), np.zeros(5), np.zeros(5), 9),
+             TokenStats(-np.ones(2, dtype=np.float32), np.zeros(2), np.zeros(2), 3)]
+    windows = loss_windows(stats, 3)
+    np.testing.assert_array_equal(windows, [[1, 2, 3], [1, 1, np.nan]])
+
+
+def test_window_longer_than_training_is_refused():
+    with pytest.raises(ValueError, match="'window' parameter of ShadowSettings"):
+        ShadowSettings(window=256, training=FinetuneSettings(max_length=128))
+
+
+def test_shadow_jobs_resume_through_the_cli_and_feed_a_lira_audit(settings, tmp_path, capsys):
+    farm, config = tmp_path / "farm", tmp_path / "shadows.yaml"
+    save_yaml(settings, config)
+    main(["shadows", "plan", str(config), "--out", str(farm)])
+    main(["shadows", "train", str(farm), "--index", "2"])
+    with pytest.raises(SystemExit, match=r"Shadows \[0, 1, 3, 4, 5\].*--missing"):
+        main(["lira", str(farm)])
+    done = losses_path(farm, 2).stat().st_mtime_ns
+    main(["shadows", "train", str(farm), "--missing"])
+    assert losses_path(farm, 2).stat().st_mtime_ns == done  # a finished job is not redone
+    plan, losses = load_losses(farm)
+    assert losses.shape == (6, 22, 16) and np.isnan(losses[:, plan.indices("canary")]).any()  # short: NaN-padded
+    assert (np.isnan(losses) == np.isnan(losses[:1])).all()  # the same tokens are scored in every shadow
+    main(["lira", str(farm), "--out", str(tmp_path / "lira"), "--bootstrap", "10",
+          "--variants", "univariate shared,oas shared,oas offline,rmia offline"])
+    report = json.loads((tmp_path / "lira" / "lira.json").read_text())
+    assert set(report["metrics"]["candidate"]) == {"univariate shared", "oas shared", "oas offline", "rmia offline"}
+    assert report["metrics"]["canary"]["oas shared"]["auc"]["n_members"] == 6  # 2 canaries × 3 targets holding each
+    assert "privft shadows train" in capsys.readouterr().out
