@@ -46,6 +46,16 @@ def test_default_delta_is_below_one_over_n():
     assert default_delta(10 ** 6) == pytest.approx(10 ** -6.6)
 
 
+def test_small_budgets_are_not_swamped_by_the_accountant_error():
+    from privft.dp import calibrate, epsilon_spent
+
+    calibration = calibrate(0.05, 1e-5, 0.15, 14)
+    assert calibration.noise_multiplier < 36  # a fixed eps_error of 0.01 asks σ ≈ 40 here (σ ≈ 1280 at ε = 0.01)
+    spent = epsilon_spent([(calibration.noise_multiplier, 0.15, 14)], 1e-5, 0.05)
+    assert 0.04 < spent <= 0.05  # the bound tracks the budget, not the discretisation error
+    assert epsilon_spent([(calibration.noise_multiplier, 0.15, 1)], 1e-5, 0.05) < spent / 2
+
+
 def test_lora_per_sample_gradients_equal_a_per_example_loop(lora_model, tokenizer, dataset):
     engine = DPLoraEngine(target_epsilon=8.0)
     collate = DataCollatorForLanguageModeling(tokenizer, mlm=False)

@@ -77,7 +77,8 @@ class DPLoraEngine:
             raise RuntimeError("DP-LoRA is not calibrated yet; ε exists once training starts.")
         steps = self.noised_steps
         if self._epsilon_cache is None or self._epsilon_cache[0] != steps:
-            self._epsilon_cache = (steps, epsilon_spent(self.accountant.history, self.calibration.delta))
+            self._epsilon_cache = (steps, epsilon_spent(self.accountant.history, self.calibration.delta,
+                                                           self.calibration.target_epsilon))
         return self._epsilon_cache[1]
 
     def wrap_optimizer(self, optimizer: torch.optim.Optimizer) -> DPOptimizer:

@@ -10,8 +10,8 @@ import numpy as np
 from privft.paper.published import Published
 from privft.paper.reproduce import Cell
 
-METHOD_LABELS = {"pretrained": "Pretrained", "full_ft": "FT", "lora": "LoRA", "soft": "SOFT",
-                 "dp_eps_0.01": "DP-LoRA ε = 0.01", "dp_eps_100": "DP-LoRA ε = 100"}
+METHOD_LABELS = {"pretrained": "Pretrained", "full_ft": "FT", "lora": "LoRA", "dp_eps_0.01": "DP-LoRA ε = 0.01",
+                 "dp_eps_100": "DP-LoRA ε = 100", "soft": "SOFT"}  # column and row order, as in the paper
 # The paper's rows, in its order, with the key of our measurement (the bag-of-words row is the blind baseline).
 PAPER_ROWS = (("Loss", "loss"), ("Zlib", "zlib"), ("Lowercase", "lowercase"), ("Min-K", "min_k"),
               ("Min-K++", "min_k_pp"), ("Ratio", "ref_ratio"), ("Bag-of-words", "blind_baseline"),
@@ -32,6 +32,11 @@ def _auc(cell: Cell, key: str) -> float:
 
 def _tpr1(cell: Cell, key: str) -> float | None:
     return attack_metrics(cell, key)["tpr_at_fpr"][0]["tpr"]
+
+
+def _perplexity(cell: Cell) -> str:
+    p = cell.report["perplexity"]
+    return f"{p['value']:.2f} ({p['n_texts']} texts, {p['n_tokens']} tokens)"
 
 
 def _grid(cells: Sequence[Cell]) -> tuple[list[str], list[str], dict[tuple[str, str], Cell]]:
@@ -126,10 +131,8 @@ def perplexity_markdown(cells: Sequence[Cell], published: Published) -> str:
     for m in methods:
         row = [METHOD_LABELS[m]]
         for d in domains:
-            p = grid[d, m].report["perplexity"]
             seconds = grid[d, m].train_seconds
-            row += [f"{p['value']:.2f} ({p['n_texts']} texts, {p['n_tokens']} tokens)",
-                    DASH if seconds is None else f"{seconds:.0f} s"]
+            row += [_perplexity(grid[d, m]), DASH if seconds is None else f"{seconds:.0f} s"]
         rows.append(row)
     overhead = ["SOFT training overhead over FT"]
     for d in domains:
@@ -144,7 +147,9 @@ def perplexity_markdown(cells: Sequence[Cell], published: Published) -> str:
            ["DP-LoRA training overhead", DASH, f"{published.value('overhead_dp_lora'):.2%}"]]
     return (f"### Measured: perplexity on the validation texts (corpus-level, exp of total NLL / tokens)\n\n"
             f"{_markdown(header, rows)}\nTraining time is the Trainer's epochs only (SOFT's selection passes "
-            "included, its offline paraphrasing and every audit excluded).\n\n"
+            "included, its offline paraphrasing and every audit excluded). ⚠ One run per cell: on a shared "
+            "machine these times, and so the overhead row, vary by tens of percent; "
+            "benchmarks/soft_overhead.py measures SOFT's overhead properly (best of interleaved runs).\n\n"
             "### Published (SOFT, ArXiv, Llama-3.2-3B)\n\n"
             f"{_markdown(['Method', 'ArXiv perplexity', 'overhead'], pub)}")
 
@@ -185,11 +190,11 @@ def dp_markdown(cells: Sequence[Cell], published: Published) -> str:
         row = [METHOD_LABELS[m]]
         for d in domains:
             cell = grid[d, m]
-            p, auc = cell.report["perplexity"], attack_metrics(cell, "ensemble")["auc"]
+            auc = attack_metrics(cell, "ensemble")["auc"]
             spent = DASH if cell.privacy is None else (f"{cell.privacy['epsilon']:.3g} "
                                                        f"(δ = {cell.privacy['delta']:.1e}, σ = "
                                                        f"{cell.privacy['noise_multiplier']:.3g})")
-            row += [f"{p['value']:.2f} ({p['n_texts']} texts)",
+            row += [_perplexity(cell),
                     f"{auc['auc']:.3f} ({auc['ci_low']:.2f}–{auc['ci_high']:.2f}; "
                     f"{auc['n_members']} vs {auc['n_non_members']})", spent]
         rows.append(row)
