@@ -2,8 +2,9 @@
 
 Measures, in one run and on the same texts and batches:
   (a) bare batched forward passes (logits only) of target and reference;
-  (b) the token-level attack suite: privft's scorer on target and reference, then every attack
-      that reads those statistics (loss, loss_bpb, zlib, min_k, min_k_pp, ref_ratio, ref_ratio_bpb);
+  (b) the token-level attack suite: privft's scorer on target (log p, μ, σ) and reference (log p
+      alone, as run_audit scores it), then every attack that reads those statistics
+      (loss, loss_bpb, zlib, min_k, min_k_pp, ref_ratio, ref_ratio_bpb);
   (c) a naive audit that runs its own forward passes for each of those attacks (two for the
       reference ratios), as per-attack scripts do.
 Targets: (b)/(a) <= 1.15 and (c)/(b) >= 3. The lowercase attack scores other text (the
@@ -67,7 +68,8 @@ def naive_pass(model, batches) -> None:
 def suite(target, reference, tokenizer, texts) -> None:
     """(b): privft's scorer once per model, then every attack on the cached statistics."""
     inputs = AttackInputs(texts, score_texts(target, tokenizer, texts, batch_size=BATCH_SIZE, desc="target"),
-                          score_texts(reference, tokenizer, texts, batch_size=BATCH_SIZE, desc="reference"))
+                          score_texts(reference, tokenizer, texts, batch_size=BATCH_SIZE, desc="reference",
+                                      distribution=False))  # as run_audit scores it: the attacks read its loss only
     for name in SUITE:
         get_attack(name)(inputs)
 

@@ -120,9 +120,10 @@ def run_audit(
     cache = StatsCache(config.cache_dir) if config.cache_dir else None
 
     def score(m: PreTrainedModel, tok: PreTrainedTokenizerBase, items: Sequence[str], desc: str,
-              prefix: str | None = None) -> list[TokenStats]:
+              prefix: str | None = None, distribution: bool = False) -> list[TokenStats]:
+        # Only the target's own pass needs μ and σ (Min-K%++); every other pass is read for its loss.
         return score_texts(m, tok, items, batch_size=config.batch_size, max_length=config.max_length,
-                           stride=config.stride, cache=cache, desc=desc, prefix=prefix)
+                           stride=config.stride, cache=cache, desc=desc, prefix=prefix, distribution=distribution)
 
     reference_tokenizer = reference_tokenizer or tokenizer
     same_tok = same_tokenizer(tokenizer, reference_tokenizer)
@@ -135,7 +136,7 @@ def run_audit(
         reference_name, reference_context = None, None
 
     blind = blind_baseline_scores(texts, y_true, seed=config.seed)
-    target_stats = score(model, tokenizer, texts, "target")
+    target_stats = score(model, tokenizer, texts, "target", distribution=True)
     reference_stats = None
     if reference_context is not None:
         with reference_context as ref_model:

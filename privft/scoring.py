@@ -34,11 +34,14 @@ MIN_STATISTICS_ROWS = 16  # thinner slices fragment the heap: tiny blocks of a 4
 
 @dataclass(frozen=True)
 class TokenStats:
-    """Per-text statistics from one forward pass; all arrays are float32 of length n_tokens."""
+    """Per-text statistics from one forward pass; all arrays are float32 of length n_tokens.
+
+    μ and σ are None when the text was scored for its loss alone (``score_texts(..., distribution=False)``).
+    """
 
     token_logprobs: np.ndarray  # log p(x_t | x_<t) of each token of the text
-    mean_logprob: np.ndarray  # μ_t = E_{v~p(·|x_<t)} log p(v): the model's own expected log p
-    std_logprob: np.ndarray  # σ_t: standard deviation of log p(v) under the same distribution
+    mean_logprob: np.ndarray | None  # μ_t = E_{v~p(·|x_<t)} log p(v): the model's own expected log p
+    std_logprob: np.ndarray | None  # σ_t: standard deviation of log p(v) under the same distribution
     n_bytes: int  # UTF-8 length of the text
 
     @property
@@ -94,13 +97,15 @@ class StatsCache:
         if not path.exists():
             return None
         with np.load(path) as data:
-            return TokenStats(data["lp"], data["mu"], data["sigma"], int(data["n_bytes"]))
+            distribution = "mu" in data.files
+            return TokenStats(data["lp"], data["mu"] if distribution else None,
+                              data["sigma"] if distribution else None, int(data["n_bytes"]))
 
     def put(self, key: str, stats: TokenStats) -> None:
         """Store statistics atomically (a crash never leaves a half-written entry)."""
         buffer = io.BytesIO()
-        np.savez(buffer, lp=stats.token_logprobs, mu=stats.mean_logprob,
-                 sigma=stats.std_logprob, n_bytes=stats.n_bytes)
+        distribution = {} if stats.mean_logprob is None else {"mu": stats.mean_logprob, "sigma": stats.std_logprob}
+        np.savez(buffer, lp=stats.token_logprobs, n_bytes=stats.n_bytes, **distribution)
         atomic_write_bytes(self._path(key), buffer.getvalue())
 
 
@@ -286,6 +291,7 @@ def score_texts(
     model_id: str | None = None,
     desc: str = "scoring",
     prefix: str | None = None,
+    distribution: bool = True,
 ) -> list[TokenStats]:
     """Token statistics for each text, in input order; cached per text when `cache` is given.
 
@@ -294,6 +300,8 @@ def score_texts(
     overrides the weight fingerprint used as cache key. With a `prefix`, each text is read
     after BOS + the prefix's tokens, and only the text's own tokens are scored (ReCaLL): the
     text is tokenized on its own, so its tokens are exactly those scored without the prefix.
+    `distribution=False` skips μ and σ (None in the result): half the vocabulary work, for
+    passes whose attacks read only the loss (reference, lowercase, prefixed, neighbours).
     """
     max_length, stride = _check_window(model, max_length, stride)
     sequences = _tokenize(texts, tokenizer)
@@ -304,13 +312,14 @@ def score_texts(
     if cache is not None:
         identity = model_id or model_fingerprint(model)
         for i, text in enumerate(texts):
-            condition = f"|prefix={prefix}" if prefix else ""
+            condition = (f"|prefix={prefix}" if prefix else "") + ("" if distribution else "|loss-only")
             keys[i] = hashlib.sha256(f"{identity}|{max_length}|{stride}|{text}{condition}".encode()).hexdigest()
             results[i] = cache.get(keys[i])
     todo = {i: sequences[i] for i, r in enumerate(results) if r is None}
     scored = _score_sequences(model, todo, pad_id=_pad_id(tokenizer), batch_size=batch_size, max_length=max_length,
-                              stride=stride, distribution=True, desc=desc, first_target=1 + len(prefix_ids))
-    for i, (lp, mu, sigma) in scored.items():
+                              stride=stride, distribution=distribution, desc=desc, first_target=1 + len(prefix_ids))
+    for i, (lp, *mu_sigma) in scored.items():
+        mu, sigma = mu_sigma or (None, None)
         results[i] = TokenStats(lp, mu, sigma, len(texts[i].encode("utf-8")))
         if cache is not None:
             cache.put(keys[i], results[i])
@@ -327,14 +336,11 @@ def score_losses(
     stride: int | None = None,
     desc: str = "scoring losses",
 ) -> np.ndarray:
-    """Per-token loss (`TokenStats.mean_nll`) of each text: the same pass as `score_texts`, without μ and σ.
+    """Per-token loss (`TokenStats.mean_nll`) of each text, from `score_texts` without μ and σ (SOFT's selection).
 
-    Half the vocabulary work of `score_texts`, for callers that need the loss alone (SOFT's
-    selection); the windows, BOS policy and eval mode are those of `score_texts`, so the values
-    equal ``[s.mean_nll for s in score_texts(...)]`` up to float rounding.
+    The windows, BOS policy and eval mode are those of `score_texts`, so the values equal
+    ``[s.mean_nll for s in score_texts(...)]`` up to float rounding.
     """
-    max_length, stride = _check_window(model, max_length, stride)
-    sequences = dict(enumerate(_tokenize(texts, tokenizer)))
-    scored = _score_sequences(model, sequences, pad_id=_pad_id(tokenizer), batch_size=batch_size,
-                              max_length=max_length, stride=stride, distribution=False, desc=desc)
-    return np.array([-scored[i][0].astype(np.float64).mean() for i in range(len(texts))], dtype=np.float64)
+    stats = score_texts(model, tokenizer, texts, batch_size=batch_size, max_length=max_length, stride=stride,
+                        desc=desc, distribution=False)
+    return np.array([s.mean_nll for s in stats], dtype=np.float64)

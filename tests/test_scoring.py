@@ -25,10 +25,22 @@ def test_batch_size_and_padding_do_not_change_statistics(tiny_model, tokenizer, 
             np.testing.assert_allclose(getattr(a, field), getattr(b, field), atol=1e-5)
 
 
-def test_loss_only_pass_equals_the_full_statistics_loss(tiny_model, tokenizer, local_texts):
+def test_loss_only_pass_equals_the_full_statistics_loss(tiny_model, tokenizer, local_texts, tmp_path):
     texts = _mixed_lengths(local_texts)
-    full = [s.mean_nll for s in score_texts(tiny_model, tokenizer, texts, max_length=128, batch_size=3)]
-    np.testing.assert_allclose(score_losses(tiny_model, tokenizer, texts, max_length=128), full, rtol=1e-5)
+    full = score_texts(tiny_model, tokenizer, texts, max_length=128, batch_size=3)
+    np.testing.assert_allclose(score_losses(tiny_model, tokenizer, texts, max_length=128),
+                               [s.mean_nll for s in full], rtol=1e-5)
+    cache = StatsCache(tmp_path)
+    loss_only = score_texts(tiny_model, tokenizer, texts, max_length=128, distribution=False, cache=cache)
+    assert all(s.mean_logprob is None and s.std_logprob is None for s in loss_only)
+    for a, b in zip(full, loss_only):
+        np.testing.assert_allclose(a.token_logprobs, b.token_logprobs, atol=1e-5)
+    cached = score_texts(tiny_model, tokenizer, texts, max_length=128, distribution=False, cache=cache)
+    assert cached[0].mean_logprob is None and np.array_equal(cached[0].token_logprobs, loss_only[0].token_logprobs)
+    with_distribution = score_texts(tiny_model, tokenizer, texts[:2], max_length=128, cache=cache)
+    assert with_distribution[0].mean_logprob is not None  # a loss-only entry never stands in for full statistics
+    with pytest.raises(ValueError, match="μ and σ"):
+        min_k_plus_plus_score(loss_only[0])
 
 
 def test_every_token_is_scored_once_and_in_order(tokenizer):

@@ -28,6 +28,9 @@ def min_k_score(stats: TokenStats, fraction: float = 0.2) -> float:
 
 def min_k_plus_plus_score(stats: TokenStats, fraction: float = 0.2) -> float:
     """Min-K%++ (Zhang et al. 2024): Min-K% over log p standardised by the model's own μ and σ."""
+    if stats.mean_logprob is None or stats.std_logprob is None:
+        raise ValueError("Min-K%++ needs the model's μ and σ per token, but these statistics were scored for "
+                         "the loss alone; score the target with score_texts(..., distribution=True).")
     z = (stats.token_logprobs - stats.mean_logprob) / np.maximum(stats.std_logprob, SIGMA_FLOOR)
     return _lowest_fraction_mean(z, fraction)
 

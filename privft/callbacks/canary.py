@@ -36,7 +36,7 @@ def measure_exposure(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
     about how the template's prefix and the secret tokenize at their boundary.
     """
     texts = plan.canary_texts() + [plan.text_for(secret) for secret in plan.reference_secrets()]
-    stats = score_texts(model, tokenizer, texts, batch_size=batch_size, desc="canary exposure")
+    stats = score_texts(model, tokenizer, texts, batch_size=batch_size, desc="canary exposure", distribution=False)
     logps = _logps_after_shared_prefix(stats, tokenizer(texts, add_special_tokens=False)["input_ids"])
     references = logps[plan.n_canaries:]
     return [CanaryExposure.measure(secret, true_logp, references, plan.secret_space)

@@ -25,7 +25,8 @@ def ratio_scores(model: PreTrainedModel, reference: PreTrainedModel, tokenizer: 
                  texts: Sequence[str], *, cache: StatsCache | None, batch_size: int) -> np.ndarray:
     """Reference minus target loss per token (privft's Ratio attack) of each text."""
     target = score_texts(model, tokenizer, texts, cache=cache, batch_size=batch_size, desc="adaptive target")
-    base = score_texts(reference, tokenizer, texts, cache=cache, batch_size=batch_size, desc="adaptive reference")
+    base = score_texts(reference, tokenizer, texts, cache=cache, batch_size=batch_size, desc="adaptive reference",
+                       distribution=False)  # the loss alone, as run_audit scores (and caches) the reference
     return np.array([r.mean_nll - t.mean_nll for t, r in zip(target, base)])
 
 

@@ -66,7 +66,7 @@ def train_shadow(directory: str | os.PathLike[str], index: int, *, overwrite: bo
     model = finetune(model, tokenizer, texts, training)
     train_seconds = time.perf_counter() - start
     stats = score_texts(model, tokenizer, plan.texts, batch_size=settings.score_batch_size,
-                        max_length=training.max_length, desc=f"shadow {index}")
+                        max_length=training.max_length, desc=f"shadow {index}", distribution=False)
     atomic_write_text(path.parent / "shadow.json", json.dumps({
         "index": index, "n_training_texts": len(texts), "seed": training.seed, "train_seconds": train_seconds,
         "score_seconds": time.perf_counter() - start - train_seconds}, indent=1))
