@@ -40,12 +40,19 @@ def _audit(args: argparse.Namespace) -> None:
     print(f"Report: {paths['json']}, {paths['markdown']}, {paths['roc']}")
 
 
+def _write_default(config: object, path: str, next_step: str) -> None:
+    """Write a default config as YAML and say what to run once it is edited."""
+    from privft.config import save_yaml
+
+    print(f"Wrote {save_yaml(config, path)}; edit it, then run: {next_step}")
+
+
 def _train(args: argparse.Namespace) -> None:
-    from privft.config import load_yaml, save_yaml
+    from privft.config import load_yaml
     from privft.pipeline import RunConfig, run_training
 
     if args.write_default:
-        print(f"Wrote {save_yaml(RunConfig(), args.config)}; edit it, then run: privft train {args.config}")
+        _write_default(RunConfig(), args.config, f"privft train {args.config}")
         return
     result = run_training(load_yaml(RunConfig, args.config))
     print(result.report.to_markdown())
@@ -54,10 +61,10 @@ def _train(args: argparse.Namespace) -> None:
 
 def _compare(args: argparse.Namespace) -> None:
     from privft.compare import CompareConfig, comparison_table, run_compare
-    from privft.config import load_yaml, save_yaml
+    from privft.config import load_yaml
 
     if args.write_default:
-        print(f"Wrote {save_yaml(CompareConfig(), args.config)}; edit it, then run: privft compare {args.config}")
+        _write_default(CompareConfig(), args.config, f"privft compare {args.config}")
         return
     comparison = run_compare(load_yaml(CompareConfig, args.config))
     print(comparison_table(comparison))
@@ -79,12 +86,11 @@ def _reproduce(args: argparse.Namespace) -> None:
 
 
 def _shadows_plan(args: argparse.Namespace) -> None:
-    from privft.config import load_yaml, save_yaml
+    from privft.config import load_yaml
     from privft.shadows import ShadowPlan, ShadowSettings
 
     if args.write_default:
-        print(f"Wrote {save_yaml(ShadowSettings(), args.config)}; edit it, then run: "
-              f"privft shadows plan {args.config} --out FARM")
+        _write_default(ShadowSettings(), args.config, f"privft shadows plan {args.config} --out FARM")
         return
     plan = ShadowPlan.build(load_yaml(ShadowSettings, args.config))
     path = plan.save(args.out)
