@@ -211,7 +211,7 @@ class SelectiveObfuscationCallback(TrainerCallback, ExportableState):
         previous = np.zeros(len(self.view), dtype=bool) if self.mask is None or not self.cumulative else self.mask
         open_indices = np.flatnonzero(~previous)
         later_release = self.rule == "release" and bool(self.history)
-        scored = open_indices if open_indices.size and not later_release else open_indices[:0]
+        scored = open_indices[:0] if later_release else open_indices
         score = dict(batch_size=self.batch_size, max_length=self.max_length)
         losses = sample_losses(model, self.tokenizer, [self.view.texts[i] for i in scored], **score)
         new, tau = previous.copy(), None
