@@ -8,7 +8,10 @@ Measures, in one run and on the same texts and batches:
   (c) a naive audit that runs its own forward passes for each of those attacks (two for the
       reference ratios), as per-attack scripts do.
 Targets: (b)/(a) <= 1.15 and (c)/(b) >= 3. The lowercase attack scores other text (the
-lowercased copy), so it adds its own pass in both designs and is left out of both.
+lowercased copy), so it adds its own pass in both designs and is left out of both. The tiny
+model gets a context longer than every text, so all three designs read the same sequences:
+with a shorter one the scorer must cut long texts into overlapping windows, which a bare
+pass cannot do without reading positions the model was never built for.
 
     python benchmarks/scoring.py --quick            # tiny Llama only, under a minute
     python benchmarks/scoring.py                     # tiny Llama and SmolLM2-135M
@@ -30,6 +33,7 @@ from privft.scoring import score_texts
 SUITE = ("loss", "loss_bpb", "zlib", "min_k", "min_k_pp", "ref_ratio", "ref_ratio_bpb")
 PASSES_PER_ATTACK = {name: 2 if name.startswith("ref_ratio") else 1 for name in SUITE}
 BATCH_SIZE = 8
+TINY_CONTEXT = 1024  # longer than every benchmark text (the longest wiki lead is under 400 tiny-BPE tokens)
 
 
 def _batches(tokenizer, texts: list[str]) -> list[dict[str, torch.Tensor]]:
@@ -87,6 +91,10 @@ def _seconds(work: Callable[[], None], repeats: int) -> float:
 def measure(name: str, target, reference, tokenizer, texts: list[str], repeats: int) -> tuple[float, float]:
     """Print the three timings for one model pair and return ((b)/(a), (c)/(b))."""
     batches = _batches(tokenizer, texts)
+    longest = max(b["input_ids"].shape[1] for b in batches)
+    if longest > target.config.max_position_embeddings:
+        raise SystemExit(f"{name}: a text of {longest} tokens exceeds the model's context; the bare pass would "
+                         "read it unwindowed while the scorer windows it. Use shorter texts or a longer context.")
     suite(target, reference, tokenizer, texts[:BATCH_SIZE])  # warm-up
     bare = _seconds(lambda: (bare_forward(target, batches), bare_forward(reference, batches)), repeats)
     ours = _seconds(lambda: suite(target, reference, tokenizer, texts), repeats)
@@ -107,9 +115,9 @@ def main() -> None:
     texts = load_corpus("wiki", limit=2000)
     tokenizer = train_bpe_tokenizer(texts, vocab_size=4096)
     n_tiny = 96 if args.quick else 512
-    results = [measure("tiny llama", build_tiny_llama(tokenizer, hidden_size=128, num_layers=3, seed=0),
-                       build_tiny_llama(tokenizer, hidden_size=128, num_layers=3, seed=1),
-                       tokenizer, texts[:n_tiny], repeats=3)]
+    tiny = dict(hidden_size=128, num_layers=3, max_position_embeddings=TINY_CONTEXT)
+    results = [measure("tiny llama", build_tiny_llama(tokenizer, **tiny, seed=0),
+                       build_tiny_llama(tokenizer, **tiny, seed=1), tokenizer, texts[:n_tiny], repeats=3)]
     if not args.quick:
         target, smol_tokenizer = load_model("smollm2-135m")
         reference, _ = load_model("smollm2-135m")

@@ -10,6 +10,7 @@ import numpy as np
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privft.attacks import ATTACKS, DEFAULT_ATTACKS, AttackInputs, blind_baseline_scores, get_attack
+from privft.attacks.ensemble import COMPONENTS as ENSEMBLE_COMPONENTS
 from privft.audit_context import AuditContext
 from privft.data import MembershipSplit
 from privft.data.split import text_sha256
@@ -96,6 +97,12 @@ def select_attacks(config: AuditConfig, available: set[str], same_tok: bool) -> 
     return chosen, notes
 
 
+def needed_statistics(names: Sequence[str]) -> set[str]:
+    """The statistics the attacks `names` read; the Ensemble reads those of all its components."""
+    readers = [*names, *(ENSEMBLE_COMPONENTS if "ensemble" in names else ())]
+    return set().union(*(ATTACKS[name].needs for name in readers))
+
+
 def run_audit(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -110,7 +117,8 @@ def run_audit(
     """Audit `model` on the split's members vs non-members and return the report.
 
     Each text costs one forward pass under the target, one under the reference and one of its
-    lowercased form; every attack is then a cheap function of those statistics. Without an
+    lowercased form, the latter two only when a chosen attack reads them; every attack is then a
+    cheap function of those statistics. Without an
     explicit reference, a peft model is compared with itself with adapters disabled. A `context`
     adds ReCaLL, CON-ReCaLL and neighbourhood statistics through the same scorer. Attacks that
     leave texts unscored (NaN: the Ensemble's fitting part) are measured on the rest only.
@@ -135,25 +143,28 @@ def run_audit(
     else:
         reference_name, reference_context = None, None
 
+    context = context or AuditContext()
+    available = {"lowercase", "known_labels", *context.provides()} | ({"reference"} if reference_context else set())
+    names, notes = select_attacks(config, available, same_tok)
+    needed = needed_statistics(names)
+
     blind = blind_baseline_scores(texts, y_true, seed=config.seed)
     target_stats = score(model, tokenizer, texts, "target", distribution=True)
-    reference_stats = None
-    if reference_context is not None:
+    reference_stats = lowercase_stats = None
+    if reference_context is not None and "reference" in needed:
         with reference_context as ref_model:
             reference_stats = score(ref_model, reference_tokenizer, texts, "reference")
-    lowercase_stats = score(model, tokenizer, [t.lower() for t in texts], "lowercase")
+    if "lowercase" in needed:
+        lowercase_stats = score(model, tokenizer, [t.lower() for t in texts], "lowercase")
     if split.validation:
         held_out_stats = score(model, tokenizer, split.validation, "perplexity")
     else:
         held_out_stats = target_stats[len(split.members):]
 
-    extra = (context or AuditContext()).statistics(
-        texts, lambda items, desc, prefix: score(model, tokenizer, items, desc, prefix))
+    extra = context.statistics(texts, lambda items, desc, prefix: score(model, tokenizer, items, desc, prefix))
     extra["known_labels"] = ensemble_known_labels(y_true, config.ensemble_fit_fraction, config.seed)
     inputs = AttackInputs(texts, target_stats, reference_stats, lowercase_stats, same_tok, config.min_k_fraction,
                           **extra)
-    available = {"lowercase", *extra} | ({"reference"} if reference_stats is not None else set())
-    names, notes = select_attacks(config, available, same_tok)
     scores = {name: get_attack(name)(inputs) for name in names}
 
     def metrics(values: np.ndarray) -> AttackMetrics:

@@ -44,6 +44,12 @@ class AuditContext:
             raise ValueError(f"{len(missing)} evaluated text(s) have no neighbours (first: {missing[0][:60]!r}); "
                              "generate them with generate_neighbours over the whole evaluation set.")
 
+    def provides(self) -> set[str]:
+        """The AttackInputs fields `statistics` fills for this context."""
+        fields = {"prefixed": self.non_member_prefix, "member_prefixed": self.member_prefix,
+                  "neighbours": self.neighbours}
+        return {name for name, source in fields.items() if source}
+
     def statistics(self, texts: Sequence[str], score: Score) -> dict[str, Any]:
         """AttackInputs fields for the parts of the context that are set, scored by `score`."""
         self.check(texts)

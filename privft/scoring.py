@@ -181,14 +181,21 @@ def _check_head(model: PreTrainedModel) -> None:
                                "privft's chunked head does not support that yet.")
 
 
-def _statistics(logp: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """log p(target), μ and σ from a block of fp32 logits, overwritten in place (it becomes log p)."""
-    logp -= torch.logsumexp(logp, dim=-1, keepdim=True)
-    p = logp.exp()
-    mean = torch.linalg.vecdot(p, logp)
-    target_logp = logp.gather(1, targets[:, None]).squeeze(1)
-    variance = torch.linalg.vecdot(p, logp.sub_(mean[:, None]).square_())  # centred: no cancellation
-    return target_logp, mean, variance.clamp_min(0).sqrt()
+def _statistics(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """log p(target), μ and σ from a block of fp32 logits z, overwritten in place.
+
+    With z' = z − max z, w = exp z' and W = Σ w: log p = z' − log W, so μ = E_p[z'] − log W and
+    σ² = Var_p(z'). The softmax is never normalised: one exponential pass, the rest are sums.
+    """
+    logits -= logits.amax(dim=-1, keepdim=True)
+    weights = logits.exp()
+    total = weights.sum(dim=-1)
+    log_total = total.log()
+    mean_logit = torch.linalg.vecdot(weights, logits) / total
+    target_logp = logits.gather(1, targets[:, None]).squeeze(1) - log_total
+    logits -= mean_logit[:, None]  # centred: no cancellation in the variance
+    variance = torch.linalg.vecdot(weights.mul_(logits), logits) / total
+    return target_logp, mean_logit - log_total, variance.clamp_min(0).sqrt()
 
 
 def _target_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor]:

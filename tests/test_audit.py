@@ -58,6 +58,18 @@ def test_lora_audit_uses_disabled_adapters_as_reference(lora_model, tokenizer, s
     np.testing.assert_allclose(report.scores["ref_ratio"], base_nll + report.scores["loss"], atol=1e-5)
 
 
+def test_audit_scores_only_the_passes_its_attacks_read(lora_model, tokenizer, split, monkeypatch):
+    from privft import audit
+
+    passes = []
+    monkeypatch.setattr(audit, "score_texts", lambda *a, desc, **k: passes.append(desc) or score_texts(*a, **k))
+    run_audit(lora_model, tokenizer, split, config=AuditConfig(attacks=("loss", "min_k_pp")))
+    assert passes == ["target", "perplexity"]  # neither the reference nor the lowercased copy is scored
+    passes.clear()
+    run_audit(lora_model, tokenizer, split, config=AuditConfig(attacks=("loss", "ensemble")))
+    assert passes == ["target", "reference", "lowercase", "perplexity"]  # the Ensemble reads every component
+
+
 def test_report_files_carry_counts_scores_and_warnings(lora_model, tokenizer, split, tmp_path):
     report = run_audit(lora_model, tokenizer, split, config=AuditConfig(attacks=("loss", "ref_ratio")))
     paths = report.save(tmp_path)
