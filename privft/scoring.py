@@ -119,13 +119,21 @@ class _Window:
     first_target: int  # window-local index of the first token this window scores
 
 
-def _windows(text_index: int, ids: list[int], max_length: int, stride: int, first: int = 1) -> list[_Window]:
-    """Cut a BOS-prefixed sequence into windows that together score every token from `first` on exactly once."""
+def _windows(text_index: int, ids: list[int], max_length: int, stride: int, first: int = 1,
+             pinned: Sequence[int] = ()) -> list[_Window]:
+    """Cut a sequence into windows that together score every token from `first` on exactly once.
+
+    Each window starts with the `pinned` tokens (BOS and a ReCaLL prefix), so every scored token
+    reads them; the rest of the window slides over `ids`, by at most half its width when pinned.
+    """
+    width = max_length - len(pinned)
+    step = min(stride, max(1, width // 2)) if pinned else stride
     windows, scored_until, begin = [], first, 0
     while scored_until < len(ids):
-        end = min(begin + max_length, len(ids))
-        windows.append(_Window(text_index, len(windows), ids[begin:end], scored_until - begin))
-        scored_until, begin = end, begin + stride
+        end = min(begin + width, len(ids))
+        windows.append(_Window(text_index, len(windows), [*pinned, *ids[begin:end]],
+                               len(pinned) + scored_until - begin))
+        scored_until, begin = end, begin + step
     return windows
 
 
@@ -262,10 +270,10 @@ def _check_window(model: PreTrainedModel, max_length: int | None, stride: int | 
 
 
 def _score_sequences(model: PreTrainedModel, sequences: dict[int, list[int]], *, pad_id: int, batch_size: int,
-                     max_length: int, stride: int, distribution: bool, desc: str, first_target: int = 1
-                     ) -> dict[int, tuple[np.ndarray, ...]]:
-    """Per-token statistics of each BOS-prefixed sequence from `first_target` on, keyed as given, in eval mode."""
-    windows = [w for i, ids in sequences.items() for w in _windows(i, ids, max_length, stride, first_target)]
+                     max_length: int, stride: int, distribution: bool, desc: str, first_target: int = 1,
+                     pinned: Sequence[int] = ()) -> dict[int, tuple[np.ndarray, ...]]:
+    """Per-token statistics of each sequence from `first_target` on, read after `pinned`, keyed as given (eval mode)."""
+    windows = [w for i, ids in sequences.items() for w in _windows(i, ids, max_length, stride, first_target, pinned)]
     windows.sort(key=lambda w: len(w.input_ids), reverse=True)  # similar lengths share a batch
     pieces: dict[int, dict[int, tuple[np.ndarray, ...]]] = {i: {} for i in sequences}
     was_training = model.training
@@ -306,25 +314,29 @@ def score_texts(
     how many new tokens each further window scores (default half the window). `model_id`
     overrides the weight fingerprint used as cache key. With a `prefix`, each text is read
     after BOS + the prefix's tokens, and only the text's own tokens are scored (ReCaLL): the
-    text is tokenized on its own, so its tokens are exactly those scored without the prefix.
+    text is tokenized on its own, so its tokens are exactly those scored without the prefix,
+    and every window of a long text starts with BOS + the prefix.
     `distribution=False` skips μ and σ (None in the result): half the vocabulary work, for
     passes whose attacks read only the loss (reference, lowercase, prefixed, neighbours).
     """
     max_length, stride = _check_window(model, max_length, stride)
     sequences = _tokenize(texts, tokenizer)
     prefix_ids = _prefix_ids(prefix, tokenizer, max_length)
-    sequences = [[ids[0], *prefix_ids, *ids[1:]] for ids in sequences]
+    # A prefix is pinned, with BOS, at the start of every window, so long texts read it throughout.
+    pinned, first_target = ([start_token(tokenizer), *prefix_ids], 0) if prefix_ids else ([], 1)
+    sequences = [ids[1:] for ids in sequences] if prefix_ids else sequences
     keys: list[str | None] = [None] * len(texts)
     results: list[TokenStats | None] = [None] * len(texts)
     if cache is not None:
         identity = model_id or model_fingerprint(model)
         for i, text in enumerate(texts):
-            condition = (f"|prefix={prefix}" if prefix else "") + ("" if distribution else "|loss-only")
+            condition = (f"|prefix in every window={prefix}" if prefix else "") + ("" if distribution else "|loss-only")
             keys[i] = hashlib.sha256(f"{identity}|{max_length}|{stride}|{text}{condition}".encode()).hexdigest()
             results[i] = cache.get(keys[i])
     todo = {i: sequences[i] for i, r in enumerate(results) if r is None}
     scored = _score_sequences(model, todo, pad_id=_pad_id(tokenizer), batch_size=batch_size, max_length=max_length,
-                              stride=stride, distribution=distribution, desc=desc, first_target=1 + len(prefix_ids))
+                              stride=stride, distribution=distribution, desc=desc, first_target=first_target,
+                              pinned=pinned)
     for i, (lp, *mu_sigma) in scored.items():
         mu, sigma = mu_sigma or (None, None)
         results[i] = TokenStats(lp, mu, sigma, len(texts[i].encode("utf-8")))

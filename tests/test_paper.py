@@ -72,6 +72,22 @@ def test_a_prefix_conditions_the_text_but_only_the_texts_tokens_are_scored(tiny_
     np.testing.assert_allclose(conditioned.token_logprobs, expected.numpy(), atol=1e-4)
 
 
+def test_every_window_of_a_long_text_reads_the_prefix(tiny_model, tokenizer, local_texts):
+    text, prefix = " ".join(local_texts[:6]), join_prefix([local_texts[7][:150]])
+    conditioned, = score_texts(tiny_model, tokenizer, [text], prefix=prefix, max_length=64)
+    head = [tokenizer.bos_token_id, *tokenizer(prefix, add_special_tokens=False)["input_ids"]]
+    text_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert len(head) + len(text_ids) > 2 * 64 and conditioned.n_tokens == len(text_ids)
+    # The last token is read after the prefix and the text tokens that fit beside it in the last window.
+    width = 64 - len(head)
+    step = min(32, width // 2)
+    begin = (len(text_ids) - width + step - 1) // step * step
+    ids = [*head, *text_ids[begin:]]
+    with torch.no_grad():
+        logp = torch.log_softmax(tiny_model(torch.tensor([ids])).logits[0, -2].float(), dim=-1)
+    assert conditioned.token_logprobs[-1] == pytest.approx(float(logp[ids[-1]]), abs=1e-4)
+
+
 def test_a_prefix_that_fills_the_window_is_refused(tiny_model, tokenizer, local_texts):
     with pytest.raises(ScoringError, match="shorter prefix"):
         score_texts(tiny_model, tokenizer, [local_texts[0]], prefix=" ".join(local_texts[:30]), max_length=64)

@@ -53,6 +53,16 @@ def test_every_token_is_scored_once_and_in_order(tokenizer):
         assert all(w.first_target >= 1 for w in windows)  # every scored token has context
 
 
+def test_a_pinned_prefix_starts_every_window_and_every_token_is_scored_once():
+    pinned, ids = [0, 900, 901, 902], list(range(1, 300))  # BOS + a 3-token prefix, then the text
+    for max_length, stride in [(64, 32), (64, 63), (8, 7), (400, 200)]:
+        windows = scoring._windows(0, ids, max_length, stride, first=0, pinned=pinned)
+        scored = [w.input_ids[t] for w in windows for t in range(w.first_target, len(w.input_ids))]
+        assert scored == ids
+        assert all(w.input_ids[:4] == pinned and w.first_target >= 4 for w in windows)
+        assert all(len(w.input_ids) <= max_length for w in windows)
+
+
 def test_sliding_windows_score_long_texts_without_truncation(tiny_model, tokenizer, local_texts):
     long_text = " ".join(local_texts[:40])
     n_tokens = len(tokenizer(long_text, add_special_tokens=False)["input_ids"])
