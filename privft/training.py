@@ -17,6 +17,7 @@ from transformers import (
     Trainer,
     TrainerCallback,
     TrainingArguments,
+    set_seed,
 )
 
 from privft.scoring import start_token
@@ -78,6 +79,7 @@ def build_trainer(
     """
     settings = settings or FinetuneSettings()
     if settings.lora is not None:
+        set_seed(settings.seed)  # the adapters' random init, like the data order, follows the run's seed
         model = get_peft_model(model, settings.lora.to_peft())
     args = TrainingArguments(
         output_dir=settings.output_dir,

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import copy
 import warnings
 
 import numpy as np
 import pytest
+import torch
 
 from privft.audit import AuditConfig
 from privft.callbacks import CanaryCallback, PrivacyAuditCallback
@@ -41,6 +43,17 @@ def test_a_saved_run_reloads_with_the_same_per_text_losses(tiny_model, tokenizer
     untrained = np.array([s.mean_nll for s in score_texts(tiny_model, tokenizer, texts)])
     np.testing.assert_allclose(reloaded, trained, atol=1e-5)
     assert np.abs(trained - untrained).max() > 1e-3  # training changed the model, so the check has teeth
+
+
+def test_the_run_seed_fixes_the_lora_init_whatever_ran_before(tiny_model, tokenizer, split, tmp_path):
+    settings = FinetuneSettings(output_dir=str(tmp_path), lora=LoraSettings(rank=4, alpha=8, targets=("q_proj",)))
+    dataset = tokenize_for_training(tokenizer, split.members, 64)
+    inits = []
+    for draws in (1, 7):
+        torch.rand(draws)  # other work in the process moved the global generator
+        model = build_trainer(copy.deepcopy(tiny_model), tokenizer, dataset, settings).model
+        inits.append({k: v.clone() for k, v in model.state_dict().items() if "lora_A" in k})
+    assert inits[0] and all(torch.equal(inits[0][k], inits[1][k]) for k in inits[0])
 
 
 def test_canary_and_audit_callbacks_run_under_sft_trainer(tiny_model, tokenizer, split, tmp_path):
