@@ -118,10 +118,10 @@ def run_audit(
 
     Each text costs one forward pass under the target, one under the reference and one of its
     lowercased form, the latter two only when a chosen attack reads them; every attack is then a
-    cheap function of those statistics. Without an
-    explicit reference, a peft model is compared with itself with adapters disabled. A `context`
-    adds ReCaLL, CON-ReCaLL and neighbourhood statistics through the same scorer. Attacks that
-    leave texts unscored (NaN: the Ensemble's fitting part) are measured on the rest only.
+    cheap function of those statistics. Without an explicit reference, a peft model is compared
+    with itself with adapters disabled. A `context` adds ReCaLL, CON-ReCaLL and neighbourhood
+    statistics through the same scorer. Attacks that leave texts unscored (NaN: the Ensemble's
+    fitting part) are measured on the rest only.
     """
     config = config or AuditConfig()
     texts, y_true = split.labels_and_texts()

@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 
+from privft import audit
 from privft.audit import AuditConfig, run_audit
 from privft.cli import main
 from privft.data import MembershipSplit
@@ -59,8 +60,6 @@ def test_lora_audit_uses_disabled_adapters_as_reference(lora_model, tokenizer, s
 
 
 def test_audit_scores_only_the_passes_its_attacks_read(lora_model, tokenizer, split, monkeypatch):
-    from privft import audit
-
     passes = []
     monkeypatch.setattr(audit, "score_texts", lambda *a, desc, **k: passes.append(desc) or score_texts(*a, **k))
     run_audit(lora_model, tokenizer, split, config=AuditConfig(attacks=("loss", "min_k_pp")))
