@@ -15,6 +15,7 @@ pass cannot do without reading positions the model was never built for.
 
     python benchmarks/scoring.py --quick            # tiny Llama only, under a minute
     python benchmarks/scoring.py                     # tiny Llama and SmolLM2-135M
+    python benchmarks/scoring.py --quick --breakdown # and where (b) - (a) goes, pass by pass
 """
 
 from __future__ import annotations
@@ -69,13 +70,25 @@ def naive_pass(model, batches) -> None:
         (p * logp).sum(-1)
 
 
-def suite(target, reference, tokenizer, texts) -> None:
-    """(b): privft's scorer once per model, then every attack on the cached statistics."""
-    inputs = AttackInputs(texts, score_texts(target, tokenizer, texts, batch_size=BATCH_SIZE, desc="target"),
-                          score_texts(reference, tokenizer, texts, batch_size=BATCH_SIZE, desc="reference",
-                                      distribution=False))  # as run_audit scores it: the attacks read its loss only
+def target_pass(target, tokenizer, texts) -> list:
+    """privft's scorer on the target: log p, μ and σ (Min-K%++ reads them)."""
+    return score_texts(target, tokenizer, texts, batch_size=BATCH_SIZE, desc="target")
+
+
+def reference_pass(reference, tokenizer, texts) -> list:
+    """privft's scorer on the reference for its loss alone, as run_audit scores it."""
+    return score_texts(reference, tokenizer, texts, batch_size=BATCH_SIZE, desc="reference", distribution=False)
+
+
+def attacks(inputs: AttackInputs) -> None:
+    """Every attack of the suite on statistics already scored."""
     for name in SUITE:
         get_attack(name)(inputs)
+
+
+def suite(target, reference, tokenizer, texts) -> None:
+    """(b): privft's scorer once per model, then every attack on the cached statistics."""
+    attacks(AttackInputs(texts, target_pass(target, tokenizer, texts), reference_pass(reference, tokenizer, texts)))
 
 
 def _seconds(work: Callable[[], None], repeats: int) -> float:
@@ -88,7 +101,22 @@ def _seconds(work: Callable[[], None], repeats: int) -> float:
     return best
 
 
-def measure(name: str, target, reference, tokenizer, texts: list[str], repeats: int) -> tuple[float, float]:
+def breakdown(target, reference, tokenizer, texts: list[str], batches, repeats: int) -> str:
+    """Where (b) − (a) goes: each pass of (a) and (b) timed on its own (best of `repeats`)."""
+    inputs = AttackInputs(texts, target_pass(target, tokenizer, texts), reference_pass(reference, tokenizer, texts))
+    parts = {
+        "bare target": lambda: bare_forward(target, batches),
+        "scorer target (log p, μ, σ)": lambda: target_pass(target, tokenizer, texts),
+        "bare reference": lambda: bare_forward(reference, batches),
+        "scorer reference (log p)": lambda: reference_pass(reference, tokenizer, texts),
+        "attacks on the statistics": lambda: attacks(inputs),
+        "tokenizing the texts once": lambda: tokenizer(texts, add_special_tokens=False),
+    }
+    return " | ".join(f"{label} {_seconds(work, repeats):.3f} s" for label, work in parts.items())
+
+
+def measure(name: str, target, reference, tokenizer, texts: list[str], repeats: int,
+            show_breakdown: bool = False) -> tuple[float, float]:
     """Print the three timings for one model pair and return ((b)/(a), (c)/(b))."""
     batches = _batches(tokenizer, texts)
     longest = max(b["input_ids"].shape[1] for b in batches)
@@ -103,6 +131,8 @@ def measure(name: str, target, reference, tokenizer, texts: list[str], repeats: 
     tokens = sum(int(b["attention_mask"].sum()) for b in batches)
     print(f"{name}: {len(texts)} texts, {tokens} tokens | (a) bare {bare:.2f} s | (b) suite {ours:.2f} s | "
           f"(c) naive {naive:.2f} s | (b)/(a) {ours / bare:.3f} | (c)/(b) {naive / ours:.2f}")
+    if show_breakdown:
+        print(f"{name} breakdown: {breakdown(target, reference, tokenizer, texts, batches, repeats)}")
     return ours / bare, naive / ours
 
 
@@ -110,6 +140,7 @@ def main() -> None:
     """Run the benchmark and print the ratios; the last line is the headline."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="tiny model and few texts (under a minute)")
+    parser.add_argument("--breakdown", action="store_true", help="also time each pass of (a) and (b) on its own")
     args = parser.parse_args()
     torch.manual_seed(0)
     texts = load_corpus("wiki", limit=2000)
@@ -117,11 +148,13 @@ def main() -> None:
     n_tiny = 96 if args.quick else 512
     tiny = dict(hidden_size=128, num_layers=3, max_position_embeddings=TINY_CONTEXT)
     results = [measure("tiny llama", build_tiny_llama(tokenizer, **tiny, seed=0),
-                       build_tiny_llama(tokenizer, **tiny, seed=1), tokenizer, texts[:n_tiny], repeats=3)]
+                       build_tiny_llama(tokenizer, **tiny, seed=1), tokenizer, texts[:n_tiny], repeats=3,
+                       show_breakdown=args.breakdown)]
     if not args.quick:
         target, smol_tokenizer = load_model("smollm2-135m")
         reference, _ = load_model("smollm2-135m")
-        results.append(measure("smollm2-135m", target, reference, smol_tokenizer, texts[:48], repeats=2))
+        results.append(measure("smollm2-135m", target, reference, smol_tokenizer, texts[:48], repeats=2,
+                               show_breakdown=args.breakdown))
     overhead = max(r[0] for r in results)
     speedup = min(r[1] for r in results)
     print(f"naive_over_suite {speedup:.2f} (target >= 3)")
