@@ -18,10 +18,13 @@ from privft.metrics import DEFAULT_MAX_FPRS, PERPLEXITY_CONVENTION, AttackMetric
 from privft.report import AuditReport, PerplexityResult
 from privft.scoring import StatsCache, TokenStats, score_texts
 
+CONTEXT_ATTACKS = ("recall", "con_recall", "neighbourhood")  # run by default when the audit has their context
+
 
 @dataclass
 class AuditConfig:
-    """Settings of an audit; `attacks=None` runs every registered attack the inputs allow."""
+    """Settings of an audit; `attacks=None` runs the token-level attacks the inputs allow, plus ReCaLL,
+    CON-ReCaLL and the neighbourhood attack when the audit is given their context."""
 
     attacks: tuple[str, ...] | None = None
     max_fprs: tuple[float, ...] = DEFAULT_MAX_FPRS
@@ -72,24 +75,44 @@ def _as_reference(model: PreTrainedModel) -> Iterator[PreTrainedModel]:
         yield model
 
 
+NEED_HINTS = {
+    "reference": "pass a reference model (for a peft model the adapters are disabled by default)",
+    "prefixed": "give non-member prefix texts (AuditContext.non_member_prefix; privft audit --prefix-non-members)",
+    "member_prefixed": "give member prefix texts too (AuditContext.member_prefix; privft audit --prefix-members)",
+    "neighbours": "give word-swap neighbours (AuditContext.neighbours from generate_neighbours; "
+                  "privft audit --neighbours N)",
+}
+
+
+def available_statistics(has_reference: bool, context: AuditContext | None = None) -> set[str]:
+    """What `run_audit` can give the attacks: the lowercased copy and the Ensemble's labels always, the rest if set."""
+    reference = {"reference"} if has_reference else set()
+    return {"lowercase", "known_labels", *reference, *(context.provides() if context else ())}
+
+
+def default_attacks(available: set[str]) -> tuple[str, ...]:
+    """The token-level attacks, plus each context attack whose statistics the audit was given."""
+    return DEFAULT_ATTACKS + tuple(name for name in CONTEXT_ATTACKS if ATTACKS[name].needs <= available)
+
+
 def select_attacks(config: AuditConfig, available: set[str], same_tok: bool) -> tuple[list[str], list[str]]:
     """The attacks to run and notes on those skipped; explicitly requested ones must be runnable.
 
     `available` names the statistics that will exist ("reference", "lowercase"). Call it before
     training to fail early on an audit that cannot run.
     """
-    names = list(config.attacks or DEFAULT_ATTACKS)
+    names = list(config.attacks or default_attacks(available))
     chosen, notes = [], []
     for name in names:
         attack = ATTACKS[name]
-        missing = attack.needs - available
-        reason = f"needs {', '.join(sorted(missing))} statistics" if missing else None
+        missing = sorted(attack.needs - available)
+        reason = f"needs {', '.join(missing)} statistics" if missing else None
+        hint = "; ".join(NEED_HINTS[need] for need in missing)
         if name == "ref_ratio" and "reference" in available and not same_tok:
             reason = "target and reference tokenizers differ, so per-token losses are not comparable"
+            hint = "use 'ref_ratio_bpb', which compares bits per byte"
         if reason and config.attacks is not None:
-            raise ValueError(f"Attack {name!r} cannot run: {reason}. "
-                             "Pass a reference model (for a peft model the adapters are disabled) or drop it"
-                             "; across tokenizers use 'ref_ratio_bpb'.")
+            raise ValueError(f"Attack {name!r} cannot run: {reason}. To run it, {hint}; or drop it from the attacks.")
         if reason:
             notes.append(f"{name} skipped: {reason}.")
         else:
@@ -144,8 +167,8 @@ def run_audit(
         reference_name, reference_context = None, None
 
     context = context or AuditContext()
-    available = {"lowercase", "known_labels", *context.provides()} | ({"reference"} if reference_context else set())
-    names, notes = select_attacks(config, available, same_tok)
+    context.check(texts)  # before any forward pass
+    names, notes = select_attacks(config, available_statistics(reference_context is not None, context), same_tok)
     needed = needed_statistics(names)
 
     blind = blind_baseline_scores(texts, y_true, seed=config.seed)
@@ -161,7 +184,7 @@ def run_audit(
     else:
         held_out_stats = target_stats[len(split.members):]
 
-    extra = context.statistics(texts, lambda items, desc, prefix: score(model, tokenizer, items, desc, prefix))
+    extra = context.statistics(texts, lambda items, desc, prefix: score(model, tokenizer, items, desc, prefix), needed)
     extra["known_labels"] = ensemble_known_labels(y_true, config.ensemble_fit_fraction, config.seed)
     inputs = AttackInputs(texts, target_stats, reference_stats, lowercase_stats, same_tok, config.min_k_fraction,
                           **extra)

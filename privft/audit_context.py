@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,15 +50,16 @@ class AuditContext:
                   "neighbours": self.neighbours}
         return {name for name, source in fields.items() if source}
 
-    def statistics(self, texts: Sequence[str], score: Score) -> dict[str, Any]:
-        """AttackInputs fields for the parts of the context that are set, scored by `score`."""
+    def statistics(self, texts: Sequence[str], score: Score, wanted: Collection[str] | None = None) -> dict[str, Any]:
+        """AttackInputs fields for the parts of the context that are set (and `wanted`, if given), scored by `score`."""
         self.check(texts)
+        wanted = self.provides() if wanted is None else self.provides() & set(wanted)
         found: dict[str, Any] = {}
-        if self.non_member_prefix:
+        if "prefixed" in wanted:
             found["prefixed"] = score(texts, "non-member prefix", join_prefix(self.non_member_prefix))
-        if self.member_prefix:
+        if "member_prefixed" in wanted:
             found["member_prefixed"] = score(texts, "member prefix", join_prefix(self.member_prefix))
-        if self.neighbours:
+        if "neighbours" in wanted:
             per_text = [list(self.neighbours[t]) for t in texts]
             flat = score([n for hood in per_text for n in hood], "neighbours", None)
             found["neighbours"], start = [], 0

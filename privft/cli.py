@@ -5,9 +5,16 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from privft.attacks import ATTACKS
 from privft.metrics import DEFAULT_MAX_FPRS
+
+if TYPE_CHECKING:
+    from privft.audit_context import AuditContext
+    from privft.data import MembershipSplit
+
+NEIGHBOUR_FRACTION = 0.1  # share of a text's words each neighbour swaps, as `privft reproduce` does
 
 
 def _audit(args: argparse.Namespace) -> None:
@@ -29,15 +36,37 @@ def _audit(args: argparse.Namespace) -> None:
         n_bootstrap=args.bootstrap, seed=args.seed, batch_size=args.batch_size,
         max_length=args.max_length, cache_dir=args.cache_dir,
     )
+    context = _audit_context(args, split)
     model, tokenizer = load_model(args.model)
     reference = reference_tokenizer = None
     if args.reference:
         reference, reference_tokenizer = load_model(args.reference)
     report = run_audit(model, tokenizer, split, reference=reference, reference_tokenizer=reference_tokenizer,
-                       config=config, model_name=args.model)
+                       config=config, model_name=args.model, context=context)
     paths = report.save(args.out)
     print(report.to_markdown())
     print(f"Report: {paths['json']}, {paths['markdown']}, {paths['roc']}")
+
+
+def _audit_context(args: argparse.Namespace, split: MembershipSplit) -> AuditContext:
+    """ReCaLL / CON-ReCaLL prefixes and neighbours from the command line; prefixes checked before any model loads."""
+    from privft.audit_context import AuditContext, generate_neighbours
+    from privft.data import load_texts
+    from privft.models import cache_dir
+    from privft.paraphrase import ParaphraseCache, build_paraphraser
+
+    texts, _ = split.labels_and_texts()
+    prefixes = {name: tuple(load_texts(path, args.text_column)) if path else ()
+                for name, path in (("non_member_prefix", args.prefix_non_members),
+                                   ("member_prefix", args.prefix_members))}
+    AuditContext(**prefixes).check(texts)
+    neighbours = {}
+    if args.neighbours is not None:
+        model = {"model": args.neighbour_model} if args.neighbour_model else {}
+        paraphraser = build_paraphraser("neighbour", fraction=NEIGHBOUR_FRACTION, **model)
+        neighbours = generate_neighbours(texts, paraphraser, args.neighbours,
+                                         cache=ParaphraseCache(cache_dir() / "paraphrases"), seed=args.seed)
+    return AuditContext(**prefixes, neighbours=neighbours)
 
 
 def _write_default(config: object, path: str, next_step: str) -> None:
@@ -147,6 +176,14 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--max-length", type=int, help="scoring window in tokens (longer texts slide)")
     audit.add_argument("--cache-dir", help="cache token statistics here")
     audit.add_argument("--seed", type=int, default=0)
+    audit.add_argument("--prefix-non-members", metavar="FILE",
+                       help="texts never trained on and not evaluated: ReCaLL's prefix (all of them, in order)")
+    audit.add_argument("--prefix-members", metavar="FILE",
+                       help="texts trained on but not evaluated: CON-ReCaLL's member prefix (needs the other too)")
+    audit.add_argument("--neighbours", type=int, metavar="N",
+                       help="N word-swap neighbours per text for the neighbourhood attack (local paraphraser)")
+    audit.add_argument("--neighbour-model",
+                       help="model proposing the neighbours' word swaps (default: the embedded smollm2-135m)")
     audit.add_argument("--out", default="runs/audit", help="output folder for report.json, report.md, roc.png")
     audit.set_defaults(run=_audit)
 

@@ -60,6 +60,13 @@ def test_an_audit_that_cannot_run_fails_before_training(tiny_model, tokenizer, s
     assert trainer.state.global_step == 0
 
 
+def test_the_callback_runs_the_ensemble(tiny_model, tokenizer, split, tmp_path):
+    callback = PrivacyAuditCallback(split, tokenizer, config=AuditConfig(attacks=("loss", "ensemble")))
+    settings = FinetuneSettings(epochs=1, batch_size=8, max_length=128, output_dir=str(tmp_path), lora=None)
+    finetune(tiny_model, tokenizer, split.members, settings, callbacks=[callback])  # the early check lets it through
+    assert set(callback.report.attacks) == {"loss", "ensemble"}
+
+
 def test_bad_schedule_is_refused(tokenizer, split):
     with pytest.raises(ValueError, match="every_n_epochs"):
         PrivacyAuditCallback(split, tokenizer, every_n_epochs=0)

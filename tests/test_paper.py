@@ -109,8 +109,32 @@ def test_con_recall_prefixes_must_come_from_outside_the_evaluation_set(tiny_mode
 
 
 def test_context_attacks_need_their_statistics(tiny_model, tokenizer, paper_split):
-    with pytest.raises(ValueError, match="'recall' cannot run: needs prefixed statistics"):
+    with pytest.raises(ValueError, match="'recall' cannot run: needs prefixed statistics.*--prefix-non-members"):
         run_audit(tiny_model, tokenizer, paper_split, config=AuditConfig(attacks=("recall",)))
+    with pytest.raises(ValueError, match="'neighbourhood' cannot run.*--neighbours N"):
+        run_audit(tiny_model, tokenizer, paper_split, config=AuditConfig(attacks=("neighbourhood",)))
+
+
+def test_cli_audit_runs_the_context_attacks_it_is_given(tiny_model, tokenizer, paper_split, local_texts, tmp_path,
+                                                        capsys):
+    tiny_model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    paper_split.save(tmp_path / "split.json")
+    texts = set(paper_split.labels_and_texts()[0])
+    outside = [t[:120] for t in local_texts if t not in texts]
+    for name, shot in (("non_members.jsonl", outside[0]), ("members.jsonl", outside[1])):
+        (tmp_path / name).write_text(json.dumps({"text": shot}) + "\n")
+    model = str(tmp_path / "model")
+    main(["audit", "--model", model, "--split", str(tmp_path / "split.json"), "--bootstrap", "50",
+          "--prefix-non-members", str(tmp_path / "non_members.jsonl"),
+          "--prefix-members", str(tmp_path / "members.jsonl"),
+          "--neighbours", "1", "--neighbour-model", model, "--out", str(tmp_path / "out")])
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert {"loss", "recall", "con_recall", "neighbourhood"} <= set(report["attacks"])  # no --attacks: all it can
+    (tmp_path / "leak.jsonl").write_text(json.dumps({"text": paper_split.members[0]}) + "\n")
+    with pytest.raises(SystemExit, match="non_member_prefix holds 1 text"):
+        main(["audit", "--model", model, "--split", str(tmp_path / "split.json"),
+              "--prefix-non-members", str(tmp_path / "leak.jsonl")])
 
 
 def test_the_ensemble_never_scores_the_part_it_was_fitted_on(tiny_model, tokenizer, paper_split):

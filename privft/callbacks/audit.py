@@ -8,7 +8,14 @@ from pathlib import Path
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback, TrainerControl, TrainerState
 from transformers.training_args import TrainingArguments
 
-from privft.audit import AuditConfig, is_peft_model, run_audit, same_tokenizer, select_attacks
+from privft.audit import (
+    AuditConfig,
+    available_statistics,
+    is_peft_model,
+    run_audit,
+    same_tokenizer,
+    select_attacks,
+)
 from privft.data import MembershipSplit
 from privft.io import atomic_write_text
 from privft.report import AuditReport
@@ -114,7 +121,7 @@ class PrivacyAuditCallback(TrainerCallback):
         """Refuse an audit that could not run, before any training is spent."""
         has_reference = self.reference is not None or is_peft_model(getattr(model, "module", model))
         same_tok = self.reference_tokenizer is None or same_tokenizer(self.tokenizer, self.reference_tokenizer)
-        select_attacks(self.config, {"lowercase", "reference"} if has_reference else {"lowercase"}, same_tok)
+        select_attacks(self.config, available_statistics(has_reference), same_tok)
 
     def on_epoch_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                      model: PreTrainedModel | None = None, **kwargs) -> None:
