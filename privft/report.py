@@ -159,7 +159,10 @@ class AuditReport:
             lines.append("| " + " | ".join(cells) + " |")
         p = self.perplexity
         lines += ["", f"Perplexity on {p.on}: {p.value:.2f} ({p.n_texts} texts, {p.n_tokens} tokens; {p.convention})",
-                  "", "TPR cells show (true positives / members); ⚠ marks a resolution warning below."]
+                  "", "TPR cells show (true positives / members) at the lowest threshold that keeps these "
+                      "non-members' FPR within the ceiling; on new non-members its FPR can be higher (most at low "
+                      "ceilings), and the interval covers the members' binomial noise only. ⚠ marks a resolution "
+                      "warning below."]
         if self.canary_exposure:
             c = self.canary_exposure
             lines += ["", f"Canary exposure: mean {c['mean_exposure']:.2f} bits, max {c['max_exposure']:.2f} bits over "
