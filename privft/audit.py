@@ -19,6 +19,15 @@ from privft.report import AuditReport, PerplexityResult
 from privft.scoring import StatsCache, TokenStats, score_texts
 
 CONTEXT_ATTACKS = ("recall", "con_recall", "neighbourhood")  # run by default when the audit has their context
+NEED_HINTS = {  # what to supply for each input an attack may need
+    "reference": "pass a reference model (for a peft model the adapters are disabled by default)",
+    "lowercase": "let run_audit score the lowercased texts",
+    "known_labels": "let run_audit hold out the Ensemble's fitting labels",
+    "prefixed": "give non-member prefix texts (AuditContext.non_member_prefix; privft audit --prefix-non-members)",
+    "member_prefixed": "give member prefix texts too (AuditContext.member_prefix; privft audit --prefix-members)",
+    "neighbours": "give word-swap neighbours (AuditContext.neighbours from generate_neighbours; "
+                  "privft audit --neighbours N)",
+}
 
 
 @dataclass
@@ -73,15 +82,6 @@ def _as_reference(model: PreTrainedModel) -> Iterator[PreTrainedModel]:
     """The peft model with its adapters disabled: the base model, without a second copy in memory."""
     with model.disable_adapter():
         yield model
-
-
-NEED_HINTS = {
-    "reference": "pass a reference model (for a peft model the adapters are disabled by default)",
-    "prefixed": "give non-member prefix texts (AuditContext.non_member_prefix; privft audit --prefix-non-members)",
-    "member_prefixed": "give member prefix texts too (AuditContext.member_prefix; privft audit --prefix-members)",
-    "neighbours": "give word-swap neighbours (AuditContext.neighbours from generate_neighbours; "
-                  "privft audit --neighbours N)",
-}
 
 
 def available_statistics(has_reference: bool, context: AuditContext | None = None) -> set[str]:

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from privft import audit
+from privft.attacks.registry import NEEDS
 from privft.audit import AuditConfig, run_audit
 from privft.cli import main
 from privft.data import MembershipSplit
@@ -98,6 +99,10 @@ def test_reference_with_another_tokenizer_allows_only_the_per_byte_ratio(tiny_mo
     with pytest.raises(ValueError, match="tokenizers differ"):
         run_audit(tiny_model, tokenizer, split, reference=reference, reference_tokenizer=other_tokenizer,
                   config=AuditConfig(attacks=("ref_ratio",)))
+
+
+def test_every_input_an_attack_can_need_has_a_hint():
+    assert set(audit.NEED_HINTS) == NEEDS  # so a refusal always says what to supply
 
 
 def test_unknown_attack_fails_before_any_forward_pass():
