@@ -59,6 +59,7 @@ class TPRAtFPR:
     ci_low: float | None
     ci_high: float | None
     warning: str | None
+    fpr_upper: float | None = None  # 95 % upper bound on the threshold's FPR for new non-members
 
     def to_dict(self) -> dict:
         """Return the fields as a plain dict."""
@@ -171,6 +172,17 @@ def clopper_pearson(successes: int, trials: int, confidence: float = 0.95) -> tu
     return float(low), float(high)
 
 
+def threshold_fpr_upper_bound(false_positives: int, n_non_members: int, confidence: float = 0.95) -> float:
+    """Upper confidence bound on the FPR, for new non-members, of a threshold set on these non-members.
+
+    A threshold with `false_positives` of `n_non_members` scores at or above it lies above the
+    (false_positives + 1)-th highest non-member score, whose exceedance probability follows
+    Beta(false_positives + 1, n_non_members − false_positives) for continuous scores, however
+    the threshold was chosen from them; this is that law's `confidence` quantile.
+    """
+    return float(beta.ppf(confidence, false_positives + 1, n_non_members - false_positives))
+
+
 def _allowed_false_positives(n_non_members: int, max_fpr: float) -> int:
     """Most false positives an FPR of max_fpr permits on n_non_members."""
     # Tolerance guards products like 0.001 * 3000 against rounding just below an integer.
@@ -207,10 +219,11 @@ def tpr_at_fpr(y_true: ArrayLike, y_score: ArrayLike, max_fpr: float) -> TPRAtFP
     allowed = np.flatnonzero(fpr <= max_fpr)
     best = allowed[np.argmax(tpr[allowed])]  # first maximum: lowest FPR for the best TPR
     true_positives = int(round(tpr[best] * n_members))
+    false_positives = int(round(fpr[best] * n_non_members))
     ci_low, ci_high = clopper_pearson(true_positives, n_members)
     return TPRAtFPR(max_fpr, float(tpr[best]), float(fpr[best]), float(thresholds[best]),
-                    true_positives, int(round(fpr[best] * n_non_members)),
-                    n_members, n_non_members, ci_low, ci_high, warning)
+                    true_positives, false_positives, n_members, n_non_members, ci_low, ci_high, warning,
+                    threshold_fpr_upper_bound(false_positives, n_non_members))
 
 
 def evaluate_attack(y_true: ArrayLike, y_score: ArrayLike, *,

@@ -81,6 +81,10 @@ def test_report_files_carry_counts_scores_and_warnings(lora_model, tokenizer, sp
     assert markdown.index("blind baseline") < markdown.index("| ref_ratio")
     assert "30 members vs 30 non-members" in markdown and "not estimable" in markdown
     assert paths["roc"].read_bytes().startswith(b"\x89PNG")
+    loose = run_audit(lora_model, tokenizer, split, config=AuditConfig(attacks=("loss",), max_fprs=(0.05,)))
+    bound = loose.attacks["loss"].tpr_at_fpr[0].fpr_upper  # 1 false positive allowed among 30 non-members
+    assert bound == pytest.approx(0.1486, abs=1e-4)
+    assert "threshold set for FPR ≤ 5 % may reach FPR 15 %" in loose.to_markdown()
 
 
 def test_no_reference_skips_reference_attacks_with_a_note(tiny_model, tokenizer, split):

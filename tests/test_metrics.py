@@ -4,6 +4,7 @@ import math
 
 import numpy as np
 import pytest
+from scipy import stats
 from scipy.stats import binomtest
 from sklearn.metrics import roc_auc_score
 
@@ -124,6 +125,20 @@ def test_tpr_ci_is_clopper_pearson_on_members():
     result = tpr_at_fpr(y, s, 0.01)
     ci = binomtest(result.true_positives, 400).proportion_ci(0.95, method="exact")
     assert (result.ci_low, result.ci_high) == pytest.approx((ci.low, ci.high), abs=1e-10)
+
+
+def test_threshold_fpr_bound_covers_the_fpr_on_new_non_members():
+    rng = np.random.default_rng(11)
+    covered, n_trials = 0, 400
+    for _ in range(n_trials):
+        y = np.r_[np.ones(100, dtype=int), np.zeros(200, dtype=int)]
+        s = np.r_[rng.normal(1.0, 1.0, 100), rng.normal(0.0, 1.0, 200)]
+        result = tpr_at_fpr(y, s, 0.01)  # the threshold is set on these 200 non-members
+        true_fpr = 1 - stats.norm.cdf(result.threshold)  # its FPR on the whole non-member population
+        covered += true_fpr <= result.fpr_upper
+    assert result.false_positives == 2 and result.fpr_upper == pytest.approx(stats.beta.ppf(0.95, 3, 198))
+    assert 0.92 <= covered / n_trials <= 0.98  # a 95 % bound, neither loose nor broken
+    assert result.fpr_upper > 0.03  # "FPR ≤ 1 %" on 200 non-members may well be 3 % on new ones
 
 
 @pytest.mark.parametrize("k,n", [(0, 10), (10, 10), (0, 1), (1, 1), (3, 17), (34, 400), (500, 1000)])
