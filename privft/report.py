@@ -161,7 +161,8 @@ class AuditReport:
         lines += ["", f"Perplexity on {p.on}: {p.value:.2f} ({p.n_texts} texts, {p.n_tokens} tokens; {p.convention})",
                   "", "TPR cells show (true positives / members) at the lowest threshold that keeps these "
                       "non-members' FPR within the ceiling; the interval covers the members' binomial noise only. "
-                      "⚠ marks a resolution warning below.", *self._threshold_fpr_lines()]
+                      "⚠ marks a resolution warning below.",
+                  *filter(None, map(self.threshold_fpr_line, range(len(fprs))))]
         if self.canary_exposure:
             c = self.canary_exposure
             lines += ["", f"Canary exposure: mean {c['mean_exposure']:.2f} bits, max {c['max_exposure']:.2f} bits over "
@@ -171,17 +172,16 @@ class AuditReport:
             lines += ["", "### Warnings", "", *[f"- {w}" for w in self.warnings]]
         return "\n".join(lines) + "\n"
 
-    def _threshold_fpr_lines(self) -> list[str]:
-        """How high, on new non-members, the FPR of each ceiling's threshold may be (95 % upper bound)."""
-        metrics = [self.blind_baseline, *self.attacks.values()]
-        lines = []
-        for i, ceiling in enumerate(self.blind_baseline.tpr_at_fpr):
-            bounds = [m.tpr_at_fpr[i].fpr_upper for m in metrics if m.tpr_at_fpr[i].fpr_upper is not None]
-            if bounds:
-                lines.append(f"On new non-members, the threshold set for FPR ≤ {ceiling.max_fpr * 100:g} % may reach "
-                             f"FPR {max(bounds) * 100:.2g} % (95 % upper bound from the order statistics of "
-                             f"{ceiling.n_non_members:,} non-members): read its TPR as that of a looser ceiling.")
-        return lines
+    def threshold_fpr_line(self, index: int) -> str | None:
+        """How high, on new non-members, the FPR of ceiling `index`'s threshold may be (95 % upper bound)."""
+        ceiling = self.blind_baseline.tpr_at_fpr[index]
+        bounds = [m.tpr_at_fpr[index].fpr_upper for m in (self.blind_baseline, *self.attacks.values())
+                  if m.tpr_at_fpr[index].fpr_upper is not None]
+        if not bounds:
+            return None
+        return (f"On new non-members, the threshold set for FPR ≤ {ceiling.max_fpr * 100:g} % may reach FPR "
+                f"{max(bounds) * 100:.2g} % (95 % upper bound from the order statistics of "
+                f"{ceiling.n_non_members:,} non-members): read its TPR as that of a looser ceiling.")
 
     def roc_png(self) -> bytes:
         """A log-log ROC plot (one curve per attack, the blind baseline dashed) as PNG bytes."""
@@ -223,6 +223,8 @@ def comparison_markdown(reports: dict[str, AuditReport]) -> str:
             extra = f"; canary exposure mean {report.canary_exposure['mean_exposure']:.2f} bits"
         lines.append(f"- {name}: perplexity {p.value:.2f} on {p.n_texts} {p.on} texts{extra}"
                      + ("; ⚠ distribution shift" if report.distribution_shift else ""))
+    if bound := first.threshold_fpr_line(0):
+        lines += ["", bound]
     warnings = sorted({w for r in reports.values() for w in r.warnings})
     if warnings:
         lines += ["", "Warnings:", *[f"- {w}" for w in warnings]]
