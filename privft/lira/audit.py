@@ -91,8 +91,9 @@ class LiraReport:
             lines.append("")
         resolution = sorted({t.warning for metrics in self.metrics.values() for m in metrics.values()
                              for t in m.tpr_at_fpr if t.warning})
-        if resolution or self.notes:
-            lines += ["### Warnings", "", *[f"- {w}" for w in [*resolution, *self.notes]]]
+        pooled = ("lira.json's fpr_upper (the thresholds' FPR bound for new non-members) assumes independent "
+                  "non-members; pooled (target, text) pairs share texts across targets, so it is optimistic here.")
+        lines += ["### Warnings", "", *[f"- {w}" for w in [*resolution, *self.notes, pooled]]]
         return "\n".join(lines) + "\n"
 
     def save(self, directory: str | Path) -> dict[str, Path]:
