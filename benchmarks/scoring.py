@@ -91,18 +91,21 @@ def suite(target, reference, tokenizer, texts) -> None:
     attacks(AttackInputs(texts, target_pass(target, tokenizer, texts), reference_pass(reference, tokenizer, texts)))
 
 
-def _seconds(work: Callable[[], None], repeats: int) -> float:
-    """Best of `repeats` wall-clock timings (the least disturbed by other load)."""
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        work()
-        best = min(best, time.perf_counter() - start)
-    return best
+def _once(work: Callable[[], None]) -> float:
+    """Wall-clock seconds of one call."""
+    start = time.perf_counter()
+    work()
+    return time.perf_counter() - start
+
+
+def _interleaved(works: list[Callable[[], None]], repeats: int) -> list[float]:
+    """Best of `repeats` timings of each work, run in turn, so a slow spell on a shared machine hits all of them."""
+    times = [[_once(work) for work in works] for _ in range(repeats)]
+    return [min(column) for column in zip(*times)]
 
 
 def breakdown(target, reference, tokenizer, texts: list[str], batches, repeats: int) -> str:
-    """Where (b) − (a) goes: each pass of (a) and (b) timed on its own (best of `repeats`)."""
+    """Where (b) − (a) goes: each pass of (a) and (b) timed on its own (best of `repeats`, interleaved)."""
     inputs = AttackInputs(texts, target_pass(target, tokenizer, texts), reference_pass(reference, tokenizer, texts))
     parts = {
         "bare target": lambda: bare_forward(target, batches),
@@ -112,7 +115,8 @@ def breakdown(target, reference, tokenizer, texts: list[str], batches, repeats: 
         "attacks on the statistics": lambda: attacks(inputs),
         "tokenizing the texts once": lambda: tokenizer(texts, add_special_tokens=False),
     }
-    return " | ".join(f"{label} {_seconds(work, repeats):.3f} s" for label, work in parts.items())
+    times = _interleaved(list(parts.values()), repeats)
+    return " | ".join(f"{label} {seconds:.3f} s" for label, seconds in zip(parts, times))
 
 
 def measure(name: str, target, reference, tokenizer, texts: list[str], repeats: int,
@@ -124,10 +128,10 @@ def measure(name: str, target, reference, tokenizer, texts: list[str], repeats: 
         raise SystemExit(f"{name}: a text of {longest} tokens exceeds the model's context; the bare pass would "
                          "read it unwindowed while the scorer windows it. Use shorter texts or a longer context.")
     suite(target, reference, tokenizer, texts[:BATCH_SIZE])  # warm-up
-    bare = _seconds(lambda: (bare_forward(target, batches), bare_forward(reference, batches)), repeats)
-    ours = _seconds(lambda: suite(target, reference, tokenizer, texts), repeats)
-    naive = _seconds(lambda: [naive_pass(target if i == 0 else reference, batches)
-                              for n in SUITE for i in range(PASSES_PER_ATTACK[n])], 1)
+    bare, ours = _interleaved([lambda: (bare_forward(target, batches), bare_forward(reference, batches)),
+                               lambda: suite(target, reference, tokenizer, texts)], repeats)
+    naive = _once(lambda: [naive_pass(target if i == 0 else reference, batches)
+                           for n in SUITE for i in range(PASSES_PER_ATTACK[n])])
     tokens = sum(int(b["attention_mask"].sum()) for b in batches)
     print(f"{name}: {len(texts)} texts, {tokens} tokens | (a) bare {bare:.2f} s | (b) suite {ours:.2f} s | "
           f"(c) naive {naive:.2f} s | (b)/(a) {ours / bare:.3f} | (c)/(b) {naive / ours:.2f}")
@@ -148,7 +152,7 @@ def main() -> None:
     n_tiny = 96 if args.quick else 512
     tiny = dict(hidden_size=128, num_layers=3, max_position_embeddings=TINY_CONTEXT)
     results = [measure("tiny llama", build_tiny_llama(tokenizer, **tiny, seed=0),
-                       build_tiny_llama(tokenizer, **tiny, seed=1), tokenizer, texts[:n_tiny], repeats=3,
+                       build_tiny_llama(tokenizer, **tiny, seed=1), tokenizer, texts[:n_tiny], repeats=5,
                        show_breakdown=args.breakdown)]
     if not args.quick:
         target, smol_tokenizer = load_model("smollm2-135m")

@@ -5,6 +5,8 @@ rises above what the loaded model already uses:
   privft: the scorer's decoder pass plus its chunked head (log p, μ, σ per token);
   naive:  model(...).logits followed by a full-vocabulary log-softmax, as most MIA scripts do.
 The model is a small Llama with SmolLM2's vocabulary, so the head dominates as it does at 135M.
+The peak depends on how the allocator's heap happens to fragment, which varies from process to
+process, so privft is measured in several fresh processes and the worst rise is the headline.
 Target: privft's peak stays under 2 GB.
 
     python benchmarks/scoring_memory.py [--quick]
@@ -22,6 +24,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 VOCAB, BATCH, LENGTH = 49_152, 32, 512
+PRIVFT_PROCESSES = 8  # fresh processes measured for privft (3 with --quick)
 
 
 def _model() -> LlamaForCausalLM:
@@ -39,14 +42,15 @@ def _peak_mib() -> float:
 @torch.no_grad()
 def _run(kind: str) -> dict[str, float]:
     """Score one batch the `kind` way in this process and return the rise in peak RSS (MiB)."""
-    from privft.scoring import _score_windows, _Window
+    from privft.scoring import _HeadWorkspace, _score_windows, _Window
 
     model = _model()
     ids = torch.randint(2, VOCAB, (BATCH, LENGTH))
     model(input_ids=ids[:1, :8])  # load kernels before taking the baseline
     before = _peak_mib()
     if kind == "privft":
-        _score_windows(model, [_Window(i, 0, ids[i].tolist(), 1) for i in range(BATCH)], pad_id=0)
+        _score_windows(model, [_Window(i, 0, ids[i].tolist(), 1) for i in range(BATCH)], pad_id=0,
+                       distribution=True, workspace=_HeadWorkspace.for_model(model))
     else:
         logp = torch.log_softmax(model(input_ids=ids).logits[:, :-1].float(), dim=-1)
         logp.gather(2, ids[:, 1:, None])
@@ -54,7 +58,9 @@ def _run(kind: str) -> dict[str, float]:
 
 
 def _measure(kind: str) -> dict[str, float]:
-    out = subprocess.run([sys.executable, __file__, "--child", kind], capture_output=True, text=True, check=True)
+    out = subprocess.run([sys.executable, __file__, "--child", kind], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"The {kind} measurement failed in its child process:\n{out.stderr}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -67,15 +73,16 @@ def main() -> None:
     if args.child:
         print(json.dumps(_run(args.child)))
         return
-    ours = _measure("privft")
-    print(f"{BATCH} x {LENGTH} tokens, vocabulary {VOCAB}: privft rises {ours['rise_mib']:.0f} MiB "
-          f"(process peak {ours['peak_mib']:.0f} MiB)")
+    runs = [_measure("privft") for _ in range(3 if args.quick else PRIVFT_PROCESSES)]
+    ours = max(runs, key=lambda run: run["rise_mib"])
+    print(f"{BATCH} x {LENGTH} tokens, vocabulary {VOCAB}: privft rises at most {ours['rise_mib']:.0f} MiB "
+          f"(process peak {ours['peak_mib']:.0f} MiB) over {len(runs)} processes; rises: "
+          + ", ".join(f"{run['rise_mib']:.0f}" for run in runs))
     if not args.quick:
         naive = _measure("naive")
         print(f"naive full-logits scoring rises {naive['rise_mib']:.0f} MiB (peak {naive['peak_mib']:.0f} MiB); "
               f"naive / privft = {naive['rise_mib'] / ours['rise_mib']:.1f}")
     print(f"scoring_peak_gb {ours['rise_mib'] / 1024:.2f} (target < 2)")
-
 
 if __name__ == "__main__":
     main()

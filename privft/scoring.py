@@ -27,9 +27,10 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from privft.io import atomic_write_bytes
 
 DEFAULT_MAX_LENGTH = 1024
-HEAD_CHUNK_ELEMENTS = 2**24  # logits per head block: 64 MB of fp32, so the head is a few large matmuls
+HEAD_CHUNK_ELEMENTS = 2**22  # logits per head block: 16 MiB of fp32, one buffer reused for every block of a run
 STATISTICS_CHUNK_ELEMENTS = 2**18  # logits per statistics slice: 1 MB, so its passes stay in cache
 MIN_STATISTICS_ROWS = 16  # thinner slices fragment the heap: tiny blocks of a 49k vocabulary grew RSS by GBs
+CANCELLATION_LIMIT = 100.0  # E_p[z']² / σ² above which σ is recomputed centred (≤ ~1e-5 relative error)
 
 
 @dataclass(frozen=True)
@@ -189,52 +190,92 @@ def _check_head(model: PreTrainedModel) -> None:
                                "privft's chunked head does not support that yet.")
 
 
-def _statistics(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """log p(target), μ and σ from a block of fp32 logits z, overwritten in place.
+def _statistics(logits: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """log p(target), μ and σ from a block of fp32 logits z, overwritten in place; `weights` is scratch of its shape.
 
-    With z' = z − max z, w = exp z' and W = Σ w: log p = z' − log W, so μ = E_p[z'] − log W and
-    σ² = Var_p(z'). The softmax is never normalised: one exponential pass, the rest are sums.
+    With z' = z − max z, w = exp z' and W = Σ w: log p = z' − log W, μ = E_p[z'] − log W and
+    σ² = E_p[z'²] − E_p[z']². The softmax is never normalised: one exponential pass, the rest
+    are sums. The raw second moment loses ~E_p[z']²/σ² ulps to cancellation, so the rare rows
+    where that exceeds `CANCELLATION_LIMIT` (mass clustered far below the max) are recomputed
+    centred.
     """
     logits -= logits.amax(dim=-1, keepdim=True)
-    weights = logits.exp()
+    target_logit = logits.gather(1, targets[:, None]).squeeze(1)
+    torch.exp(logits, out=weights)
     total = weights.sum(dim=-1)
+    weighted = weights.mul_(logits)  # w z', then w z'² below: the weights themselves are no longer needed
+    mean_logit = weighted.sum(dim=-1) / total
+    variance = weighted.mul_(logits).sum(dim=-1) / total - mean_logit.square()
+    ill_conditioned = mean_logit.square() > CANCELLATION_LIMIT * variance
+    if ill_conditioned.any():
+        rows = logits[ill_conditioned]
+        rows_weights = rows.exp()
+        centred = rows - mean_logit[ill_conditioned, None]
+        variance[ill_conditioned] = (rows_weights * centred.square()).sum(dim=-1) / rows_weights.sum(dim=-1)
     log_total = total.log()
-    mean_logit = torch.linalg.vecdot(weights, logits) / total
-    target_logp = logits.gather(1, targets[:, None]).squeeze(1) - log_total
-    logits -= mean_logit[:, None]  # centred: no cancellation in the variance
-    variance = torch.linalg.vecdot(weights.mul_(logits), logits) / total
-    return target_logp, mean_logit - log_total, variance.clamp_min(0).sqrt()
+    return target_logit - log_total, mean_logit - log_total, variance.clamp_min(0).sqrt()
 
 
 def _target_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor]:
-    """log p(target) alone from a block of fp32 logits: one pass for the normaliser, no μ or σ."""
-    return (logits.gather(1, targets[:, None]).squeeze(1) - torch.logsumexp(logits, dim=-1),)
+    """log p(target) alone from a block of fp32 logits, overwritten in place: no μ or σ."""
+    top = logits.amax(dim=-1, keepdim=True)
+    target_logit = logits.gather(1, targets[:, None]).squeeze(1)
+    return (target_logit - top.squeeze(1) - logits.sub_(top).exp_().sum(dim=-1).log(),)
+
+
+@dataclass(frozen=True)
+class _HeadWorkspace:
+    """fp32 buffers reused by every block of a scoring run: fresh ones per block fragment the heap (GBs of RSS)."""
+
+    logits: torch.Tensor  # one block of logits, (block rows × vocabulary) elements
+    weights: torch.Tensor  # exp of one statistics slice, (slice rows × vocabulary) elements
+
+    @classmethod
+    def for_model(cls, model: PreTrainedModel) -> _HeadWorkspace:
+        """Buffers sized for `model`'s vocabulary, on its head's device."""
+        weight = model.get_output_embeddings().weight
+        vocab = weight.shape[0]
+        return cls(torch.empty(max(1, HEAD_CHUNK_ELEMENTS // vocab) * vocab, device=weight.device),
+                   torch.empty(max(MIN_STATISTICS_ROWS, STATISTICS_CHUNK_ELEMENTS // vocab) * vocab,
+                               device=weight.device))
+
+
+def _logits(head: torch.nn.Module, rows: torch.Tensor, buffer: torch.Tensor) -> torch.Tensor:
+    """fp32 logits of hidden `rows`; a plain fp32 linear head writes them into `buffer` (no fresh allocation)."""
+    if type(head) is not torch.nn.Linear or head.weight.dtype != torch.float32 or rows.dtype != torch.float32:
+        return head(rows).float()  # a wrapped, quantised or low-precision head computes its own output
+    out = buffer[:rows.shape[0] * head.out_features].view(rows.shape[0], head.out_features)
+    if head.bias is None:
+        return torch.mm(rows, head.weight.T, out=out)
+    return torch.addmm(head.bias, rows, head.weight.T, out=out)
 
 
 @torch.no_grad()
-def _head_statistics(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor, distribution: bool = True
-                     ) -> tuple[torch.Tensor, ...]:
+def _head_statistics(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor, distribution: bool,
+                     workspace: _HeadWorkspace) -> tuple[torch.Tensor, ...]:
     """log p(target), and with `distribution` also μ and σ of log p, for each hidden row, in fp32.
 
     The head runs on blocks of rows (a few large matrix products); the statistics then walk
     each block in cache-sized slices, since they are several passes over the vocabulary.
     """
     vocab = head.weight.shape[0]
-    block_rows = max(1, HEAD_CHUNK_ELEMENTS // vocab)
-    slice_rows = max(MIN_STATISTICS_ROWS, STATISTICS_CHUNK_ELEMENTS // vocab)
-    per_slice = _statistics if distribution else _target_logprobs
+    block_rows = workspace.logits.numel() // vocab
+    slice_rows = workspace.weights.numel() // vocab
     pieces = []
     for start in range(0, hidden.shape[0], block_rows):
-        logits = head(hidden[start:start + block_rows]).float()
+        logits = _logits(head, hidden[start:start + block_rows], workspace.logits)
         block_targets = targets[start:start + block_rows]
-        pieces += [per_slice(logits[i:i + slice_rows], block_targets[i:i + slice_rows])
-                   for i in range(0, logits.shape[0], slice_rows)]
+        for i in range(0, logits.shape[0], slice_rows):
+            part, part_targets = logits[i:i + slice_rows], block_targets[i:i + slice_rows]
+            pieces.append(_statistics(part, part_targets, workspace.weights[:part.numel()].view_as(part))
+                          if distribution else _target_logprobs(part, part_targets))
     return tuple(torch.cat(stat) for stat in zip(*pieces))
 
 
 @torch.no_grad()
-def _score_windows(model: PreTrainedModel, windows: list[_Window], pad_id: int, distribution: bool
-                   ) -> list[tuple[np.ndarray, ...]]:
+def _score_windows(model: PreTrainedModel, windows: list[_Window], pad_id: int, distribution: bool,
+                   workspace: _HeadWorkspace) -> list[tuple[np.ndarray, ...]]:
     """Statistics for the scored targets of each window in one right-padded batch."""
     device = next(model.parameters()).device
     width = max(len(w.input_ids) for w in windows)
@@ -253,7 +294,7 @@ def _score_windows(model: PreTrainedModel, windows: list[_Window], pad_id: int, 
     rows_t, positions_t = torch.cat(rows).to(device), torch.cat(positions).to(device)
     # The hidden state at position t-1 predicts the token at t.
     stats = _head_statistics(model.get_output_embeddings(), hidden[rows_t, positions_t - 1],
-                             ids.to(device)[rows_t, positions_t], distribution)
+                             ids.to(device)[rows_t, positions_t], distribution, workspace)
     splits = np.cumsum([len(w.input_ids) - w.first_target for w in windows])[:-1]
     per_stat = [np.split(t.cpu().numpy().astype(np.float32), splits) for t in stats]
     return list(zip(*per_stat))
@@ -276,12 +317,13 @@ def _score_sequences(model: PreTrainedModel, sequences: dict[int, list[int]], *,
     windows = [w for i, ids in sequences.items() for w in _windows(i, ids, max_length, stride, first_target, pinned)]
     windows.sort(key=lambda w: len(w.input_ids), reverse=True)  # similar lengths share a batch
     pieces: dict[int, dict[int, tuple[np.ndarray, ...]]] = {i: {} for i in sequences}
+    workspace = _HeadWorkspace.for_model(model)
     was_training = model.training
     model.eval()
     try:
         for start in tqdm(range(0, len(windows), batch_size), desc=desc, disable=not windows, leave=False):
             batch = windows[start:start + batch_size]
-            for window, stats in zip(batch, _score_windows(model, batch, pad_id, distribution)):
+            for window, stats in zip(batch, _score_windows(model, batch, pad_id, distribution, workspace)):
                 pieces[window.text_index][window.order] = stats
     finally:
         model.train(was_training)

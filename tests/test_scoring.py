@@ -91,6 +91,30 @@ def test_min_k_plus_plus_matches_direct_full_vocabulary_computation(tiny_model, 
     assert min_k_plus_plus_score(stats, 0.2) == pytest.approx(np.sort(z)[:k].mean(), abs=1e-4)
 
 
+def test_statistics_match_float64_on_hard_distributions():
+    # Mass clustered far below the max makes the raw second moment cancel; huge logits overflow exp without the shift.
+    generator = torch.Generator().manual_seed(0)
+    rows = []
+    for depth in (0.25, 0.5, 2.0, 6.0):
+        for spread in (0.0, 1e-3, 1e-1):
+            row = torch.full((32768,), -40.0)
+            row[0], row[1:32001] = 0.0, -depth + spread * torch.randn(32000, generator=generator)
+            rows.append(row)
+    rows += list(torch.randn(4, 32768, generator=generator) * 300)
+    logits = torch.stack(rows)
+    targets = torch.randint(0, 32768, (len(rows),), generator=generator)
+    logp = torch.log_softmax(logits.double(), dim=-1)
+    mu = (logp.exp() * logp).sum(-1)
+    sigma = (logp.exp() * (logp - mu[:, None]) ** 2).sum(-1).sqrt()
+    target_logp, mean, std = scoring._statistics(logits.clone(), targets, torch.empty_like(logits))
+    (loss_only,) = scoring._target_logprobs(logits.clone(), targets)
+    expected_target = logp.gather(1, targets[:, None]).squeeze(1)
+    np.testing.assert_allclose(target_logp.double(), expected_target, atol=1e-5)
+    np.testing.assert_allclose(loss_only.double(), expected_target, atol=1e-5)
+    np.testing.assert_allclose(mean.double(), mu, atol=1e-5)
+    np.testing.assert_allclose(std.double(), sigma, rtol=1e-4, atol=1e-6)
+
+
 def test_head_chunking_does_not_change_results(tiny_model, tokenizer, local_texts, monkeypatch):
     texts = _mixed_lengths(local_texts)[:4]
     whole = score_texts(tiny_model, tokenizer, texts)
