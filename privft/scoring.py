@@ -242,10 +242,10 @@ class _HeadWorkspace:
 
 
 def _logits(head: torch.nn.Module, rows: torch.Tensor, buffer: torch.Tensor) -> torch.Tensor:
-    """fp32 logits of hidden `rows`; a plain fp32 linear head writes them into `buffer` (no fresh allocation)."""
+    """fp32 logits of hidden `rows`, written into `buffer`: a plain fp32 linear head writes them there directly."""
+    out = buffer[:rows.shape[0] * head.weight.shape[0]].view(rows.shape[0], head.weight.shape[0])
     if type(head) is not torch.nn.Linear or head.weight.dtype != torch.float32 or rows.dtype != torch.float32:
-        return head(rows).float()  # a wrapped, quantised or low-precision head computes its own output
-    out = buffer[:rows.shape[0] * head.out_features].view(rows.shape[0], head.out_features)
+        return out.copy_(head(rows))  # a wrapped, quantised or low-precision head computes its own output
     if head.bias is None:
         return torch.mm(rows, head.weight.T, out=out)
     return torch.addmm(head.bias, rows, head.weight.T, out=out)

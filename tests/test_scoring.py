@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -113,6 +115,23 @@ def test_statistics_match_float64_on_hard_distributions():
     np.testing.assert_allclose(loss_only.double(), expected_target, atol=1e-5)
     np.testing.assert_allclose(mean.double(), mu, atol=1e-5)
     np.testing.assert_allclose(std.double(), sigma, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("head", ["with bias", "wrapped by LoRA"])
+def test_heads_other_than_a_bare_linear_give_exact_statistics(tiny_model, tokenizer, local_texts, head):
+    model = copy.deepcopy(tiny_model)
+    if head == "with bias":
+        weight = model.lm_head.weight.detach().clone()
+        model.lm_head = torch.nn.Linear(weight.shape[1], weight.shape[0], bias=True)
+        model.lm_head.weight.data, model.lm_head.bias.data = weight, torch.randn(weight.shape[0])
+    else:
+        model = get_peft_model(model, LoraConfig(r=4, target_modules=["lm_head"], init_lora_weights=False))
+    (stats,) = score_texts(model, tokenizer, local_texts[:1])
+    ids = torch.tensor([[tokenizer.bos_token_id, *tokenizer(local_texts[0], add_special_tokens=False)["input_ids"]]])
+    with torch.no_grad():
+        logp = torch.log_softmax(model(input_ids=ids).logits[0, :-1].double(), dim=-1)
+    np.testing.assert_allclose(stats.token_logprobs, logp.gather(1, ids[0, 1:, None]).squeeze(1), atol=1e-5)
+    np.testing.assert_allclose(stats.mean_logprob, (logp.exp() * logp).sum(-1), atol=1e-5)
 
 
 def test_head_chunking_does_not_change_results(tiny_model, tokenizer, local_texts, monkeypatch):
