@@ -84,5 +84,6 @@ def main() -> None:
               f"naive / privft = {naive['rise_mib'] / ours['rise_mib']:.1f}")
     print(f"scoring_peak_gb {ours['rise_mib'] / 1024:.2f} (target < 2)")
 
+
 if __name__ == "__main__":
     main()

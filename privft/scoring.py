@@ -243,7 +243,8 @@ class _HeadWorkspace:
 
 def _logits(head: torch.nn.Module, rows: torch.Tensor, buffer: torch.Tensor) -> torch.Tensor:
     """fp32 logits of hidden `rows`, written into `buffer`: a plain fp32 linear head writes them there directly."""
-    out = buffer[:rows.shape[0] * head.weight.shape[0]].view(rows.shape[0], head.weight.shape[0])
+    vocab = head.weight.shape[0]
+    out = buffer[:rows.shape[0] * vocab].view(rows.shape[0], vocab)
     if type(head) is not torch.nn.Linear or head.weight.dtype != torch.float32 or rows.dtype != torch.float32:
         return out.copy_(head(rows))  # a wrapped, quantised or low-precision head computes its own output
     if head.bias is None:
