@@ -7,7 +7,9 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable
+import warnings
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -172,6 +174,30 @@ def _from_hub(name: str, dtype: torch.dtype) -> tuple[PreTrainedModel, PreTraine
         return _from_pretrained(name, dtype)
     except OSError as err:
         raise _not_found(name, f"the Hugging Face hub could not provide it ({err})") from err
+
+
+@contextmanager
+def hub_lookups_skipped(model_name: str) -> Iterator[None]:
+    """Within the block, saving adapters on an embedded model does not make peft ask the Hub about its name.
+
+    peft looks the base model's config.json up on the Hub at every adapter save, to notice a resized
+    vocabulary. An embedded name is not a hub id, and privft never resizes a vocabulary, so for embedded
+    models the lookup is skipped (peft's own offline switch) and its "assuming unmodified" warning silenced.
+    """
+    if model_name not in EMBEDDED_MODELS:
+        yield
+        return
+    previous = os.environ.get("HF_HUB_OFFLINE")
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Could not find a config file in", category=UserWarning)
+            yield
+    finally:
+        if previous is None:
+            del os.environ["HF_HUB_OFFLINE"]
+        else:
+            os.environ["HF_HUB_OFFLINE"] = previous
 
 
 def _hub_reachable(timeout: float = 3.0) -> bool:

@@ -19,7 +19,7 @@ from privft.data import MembershipSplit, load_corpus, load_texts
 from privft.data.canaries import CanaryPlan
 from privft.dp import make_private
 from privft.io import atomic_write_text
-from privft.models import DEFAULT_MODEL, cache_dir, load_model
+from privft.models import DEFAULT_MODEL, cache_dir, hub_lookups_skipped, load_model
 from privft.paraphrase import ParaphraseCache, build_paraphraser, obfuscate
 from privft.report import AuditReport, package_versions
 from privft.training import FinetuneSettings, build_trainer, tokenize_for_training
@@ -203,7 +203,8 @@ def run_training(config: RunConfig, *, split: MembershipSplit | None = None,
         atomic_write_text(out / "dp.json", json.dumps(privacy, indent=1))
     if soft_callback:
         atomic_write_text(out / "soft_selections.json", json.dumps(soft_callback.history, indent=1))
-    trainer.save_model(str(out / "model"))
+    with hub_lookups_skipped(config.model):
+        trainer.save_model(str(out / "model"))
     tokenizer.save_pretrained(str(out / "model"))
     write_model_card_section(out / "model", audit_callback.report)
     return RunResult(audit_callback.report, out, train_seconds,

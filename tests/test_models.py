@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import socket
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from pydoc_data.topics import topics
@@ -20,6 +23,7 @@ from privft.models import (
     ModelNotFoundError,
     build_tiny_llama,
     cache_dir,
+    hub_lookups_skipped,
     load_model,
     train_bpe_tokenizer,
 )
@@ -158,6 +162,34 @@ def test_embedded_name_uses_existing_cache(tiny_dir: Path, empty_cache: Path, mo
     monkeypatch.setattr(models, "_convert_gguf", pytest.fail)
     model, _ = load_model(DEFAULT_MODEL)
     assert model.name_or_path == model.config.name_or_path == DEFAULT_MODEL
+
+
+def test_adapter_save_of_embedded_model_asks_no_hub(
+    tokenizer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lookups: list[object] = []
+
+    def blocked(*args: object, **kwargs: object) -> None:
+        lookups.append(args)
+        raise OSError("network blocked by the test")
+
+    monkeypatch.setattr(socket, "getaddrinfo", blocked)
+    monkeypatch.setattr(socket.socket, "connect", blocked)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    base = build_tiny_llama(tokenizer)
+    base.name_or_path = DEFAULT_MODEL
+    model = get_peft_model(base, LoraConfig(r=4, target_modules=["q_proj"]))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with hub_lookups_skipped(DEFAULT_MODEL):
+            model.save_pretrained(tmp_path / "skipped")
+    assert lookups == [] and "HF_HUB_OFFLINE" not in os.environ
+    assert not [w for w in caught if DEFAULT_MODEL in str(w.message)]
+    assert json.loads((tmp_path / "skipped" / "adapter_config.json").read_text())["base_model_name_or_path"] == (
+        DEFAULT_MODEL
+    )
+    with pytest.warns(UserWarning, match=f"Unable to fetch remote file .* in {DEFAULT_MODEL}"):
+        model.save_pretrained(tmp_path / "plain")  # what the block prevents: peft tries the Hub
 
 
 def test_cache_dir_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
