@@ -45,6 +45,15 @@ def test_loss_only_pass_equals_the_full_statistics_loss(tiny_model, tokenizer, l
         min_k_plus_plus_score(loss_only[0])
 
 
+def test_loss_only_and_full_passes_agree_bit_for_bit(tiny_model, tokenizer, local_texts):
+    # A model audited against itself (compare's pretrained row) must get reference ratios of exactly 0.
+    texts = _mixed_lengths(local_texts)
+    full = score_texts(tiny_model, tokenizer, texts, max_length=128)
+    loss_only = score_texts(tiny_model, tokenizer, texts, max_length=128, distribution=False)
+    for a, b in zip(full, loss_only):
+        np.testing.assert_array_equal(a.token_logprobs, b.token_logprobs)
+
+
 def test_every_token_is_scored_once_and_in_order(tokenizer):
     ids = list(range(1, 301))  # BOS then 299 text tokens
     for max_length, stride in [(64, 32), (64, 63), (50, 7), (400, 200)]:
