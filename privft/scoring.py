@@ -190,6 +190,19 @@ def _check_head(model: PreTrainedModel) -> None:
                                "privft's chunked head does not support that yet.")
 
 
+def _shifted_exponentials(logits: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor
+                          ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Shift fp32 logits in place to z' = z − max z, write w = exp z' into `weights`; return z'(target) and Σ w.
+
+    Both the full and the loss-only pass normalise through this one function, so their log p
+    agree bit for bit (a model audited against itself gets reference ratios of exactly 0).
+    """
+    logits -= logits.amax(dim=-1, keepdim=True)
+    target_logit = logits.gather(1, targets[:, None]).squeeze(1)
+    torch.exp(logits, out=weights)
+    return target_logit, weights.sum(dim=-1)
+
+
 def _statistics(logits: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor
                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """log p(target), μ and σ from a block of fp32 logits z, overwritten in place; `weights` is scratch of its shape.
@@ -200,10 +213,7 @@ def _statistics(logits: torch.Tensor, targets: torch.Tensor, weights: torch.Tens
     where that exceeds `CANCELLATION_LIMIT` (mass clustered far below the max) are recomputed
     centred.
     """
-    logits -= logits.amax(dim=-1, keepdim=True)
-    target_logit = logits.gather(1, targets[:, None]).squeeze(1)
-    torch.exp(logits, out=weights)
-    total = weights.sum(dim=-1)
+    target_logit, total = _shifted_exponentials(logits, targets, weights)
     weighted = weights.mul_(logits)  # w z', then w z'² below: the weights themselves are no longer needed
     mean_logit = weighted.sum(dim=-1) / total
     variance = weighted.mul_(logits).sum(dim=-1) / total - mean_logit.square()
@@ -219,9 +229,8 @@ def _statistics(logits: torch.Tensor, targets: torch.Tensor, weights: torch.Tens
 
 def _target_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor]:
     """log p(target) alone from a block of fp32 logits, overwritten in place: no μ or σ."""
-    top = logits.amax(dim=-1, keepdim=True)
-    target_logit = logits.gather(1, targets[:, None]).squeeze(1)
-    return (target_logit - top.squeeze(1) - logits.sub_(top).exp_().sum(dim=-1).log(),)
+    target_logit, total = _shifted_exponentials(logits, targets, logits)  # nothing reads z' after the exp
+    return (target_logit - total.log(),)
 
 
 @dataclass(frozen=True)
