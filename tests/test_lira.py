@@ -6,12 +6,14 @@ import numpy as np
 import pytest
 from scipy.stats import multivariate_normal, norm
 from sklearn.covariance import oas
+from sklearn.metrics import roc_auc_score
 
 from privft.lira import RMIA, LiRA, leave_one_out
 from privft.lira.audit import default_variants, run_lira_audit
 from privft.lira.gaussian import jittered_cholesky, log_density, oas_shrink
 from privft.lira.inputs import confidence
 from privft.metrics import evaluate_attack, tpr_at_fpr
+from privft.shadows.plan import balanced_keep
 
 
 def synthetic(seed: int = 0, *, n_models: int = 16, n_examples: int = 1000, n_positions: int = 16,
@@ -111,13 +113,36 @@ def test_nan_patterns_that_differ_between_models_are_refused():
 
 
 def test_too_few_shadows_is_an_error_or_a_reported_fallback_to_fixed_variance():
-    losses, keep = synthetic(6, n_models=4, n_examples=50, n_positions=4)  # 2 IN, 2 OUT per example
-    with pytest.raises(ValueError, match="only 1 shadow model.*variance='global'"):
-        leave_one_out(LiRA(estimator="oas"), losses, keep)
-    report = run_lira_audit(losses, keep, ["candidate"] * 50, {"oas auto": LiRA(estimator="oas", variance="auto")},
-                            n_bootstrap=10)
+    losses, keep = synthetic(6, n_models=6, n_examples=50, n_positions=4)  # each fold: 2 IN, 2 OUT per example
+    with pytest.raises(ValueError, match="only 2 shadow model.*variance='global'"):
+        leave_one_out(LiRA(estimator="oas", min_models=3), losses, keep)
+    with pytest.raises(ValueError, match="pooled .global. variance is zero.*at least 6"):
+        leave_one_out(LiRA(estimator="oas", variance="auto"), *synthetic(6, n_models=4, n_examples=50, n_positions=4))
+    auto = LiRA(estimator="oas", variance="auto", min_models=3)
+    report = run_lira_audit(losses, keep, ["candidate"] * 50, {"oas auto": auto}, n_bootstrap=10)
     assert any("fell back to a global (fixed) variance" in note for note in report.notes)
     assert "fell back" in report.to_markdown()
+
+
+@pytest.mark.parametrize("attack", [LiRA(estimator="independent", covariance="classwise"),
+                                    LiRA(estimator="oas", covariance="classwise"), LiRA(estimator="univariate"),
+                                    LiRA(estimator="independent", online=False)], ids=repr)
+def test_leave_one_out_scores_chance_when_training_leaves_no_trace(attack):
+    # In a plan where each text is IN for exactly half the models, the other models' IN/OUT counts follow
+    # the target's label; fits that depend on those counts separated members by the counts alone
+    # (independent classwise: AUC 0.26 at 8 models) until folds dropped one shadow of the other class.
+    rng = np.random.default_rng(11)
+    losses = rng.gamma(2.0, 1.0, (1, 600, 4)) * np.exp(rng.normal(0, 0.3, (8, 600, 4)))  # no membership effect
+    keep = balanced_keep(8, 600, rng)
+    scores, _ = leave_one_out(attack, losses, keep)
+    assert abs(roc_auc_score(keep.ravel(), scores.ravel()) - 0.5) < 0.03
+
+
+def test_a_text_scored_identically_by_every_shadow_is_refused_by_name():
+    losses, keep = synthetic(9, n_models=8, n_examples=20, n_positions=3)
+    losses[:, 4] = 1.5
+    with pytest.raises(ValueError, match="Example 4 has the same scores in every shadow model"):
+        LiRA(estimator="independent").fit(losses, keep)
 
 
 def test_rmia_calibrates_text_difficulty_that_the_plain_loss_attack_cannot():

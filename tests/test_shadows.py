@@ -58,9 +58,11 @@ def test_loss_windows_keep_the_first_tokens_and_pad_short_texts_with_nan():
     np.testing.assert_array_equal(windows, [[1, 2, 3], [1, 1, np.nan]])
 
 
-def test_window_longer_than_training_is_refused():
+def test_window_longer_than_training_and_too_few_shadows_are_refused():
     with pytest.raises(ValueError, match="'window' parameter of ShadowSettings"):
         ShadowSettings(window=256, training=FinetuneSettings(max_length=128))
+    with pytest.raises(ValueError, match="'n_shadows' parameter of ShadowSettings must be at least 6"):
+        ShadowSettings(n_shadows=5)
 
 
 def test_shadow_jobs_resume_through_the_cli_and_feed_a_lira_audit(settings, tmp_path, capsys):

@@ -120,7 +120,7 @@ def run_lira_audit(losses: np.ndarray, keep: np.ndarray, kinds: list[str], varia
     for name, attack in variants.items():
         columns = slice(None) if isinstance(attack, RMIA) else trained
         scores[name] = np.full(keep.shape, np.nan)
-        scores[name][:, columns], fold_notes = leave_one_out(attack, losses[:, columns], keep[:, columns])
+        scores[name][:, columns], fold_notes = leave_one_out(attack, losses[:, columns], keep[:, columns], seed)
         notes |= dict.fromkeys(f"{name}: {note}" for note in fold_notes)
     report = LiraReport(source, {name: _settings(a) for name, a in variants.items()}, {}, scores, keep,
                         list(kinds), list(notes))

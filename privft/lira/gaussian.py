@@ -66,7 +66,10 @@ def jittered_cholesky(covariance: np.ndarray, valid: np.ndarray) -> np.ndarray:
     Jitter scales with the variance of the valid positions only, so padding a text leaves its factor unchanged.
     """
     scale = np.einsum("bii,bi->b", covariance, valid) / valid.sum(axis=1)
-    scale = np.maximum(scale, np.finfo(float).tiny)[:, None] * valid
+    if (scale <= 0).any():
+        raise ValueError(f"Example {int(np.argmax(scale <= 0))} has the same scores in every shadow model (zero "
+                         "variance), so no Gaussian fits it; check the stored losses, or use variance='global'.")
+    scale = scale[:, None] * valid
     jitter = JITTER
     while True:
         try:

@@ -37,6 +37,16 @@ def check_shadow_scores(losses: np.ndarray, keep: np.ndarray) -> tuple[np.ndarra
     return losses, keep.astype(bool)
 
 
+def check_used(used: np.ndarray | None, keep: np.ndarray) -> np.ndarray:
+    """The (n_models, n_examples) mask of shadow scores a fit may read; None means all of them."""
+    if used is None:
+        return np.ones(keep.shape, bool)
+    used = np.asarray(used)
+    if used.shape != keep.shape or not np.isin(used, (0, 1)).all():
+        raise ValueError(f"used must be a boolean mask of shape {keep.shape} like keep, got {used.shape}.")
+    return used.astype(bool)
+
+
 def check_target(losses: np.ndarray, valid: np.ndarray) -> np.ndarray:
     """Validate a target's losses (n_examples, n_positions) against the fitted valid positions."""
     losses = np.asarray(losses, dtype=np.float64)

@@ -23,7 +23,7 @@ from privft.lira.gaussian import (
     whiten,
     with_missing_identity,
 )
-from privft.lira.inputs import check_shadow_scores, check_target, confidence
+from privft.lira.inputs import check_shadow_scores, check_target, check_used, confidence
 
 COVARIANCES = ("shared", "classwise")
 VARIANCES = ("per_example", "global", "auto")
@@ -63,15 +63,19 @@ class LiRA:
         if self.min_models < 2:
             raise ValueError(f"The 'min_models' parameter of LiRA must be at least 2. Got {self.min_models} instead.")
 
-    def fit(self, losses: np.ndarray, keep: np.ndarray) -> LiRA:
-        """Estimate the IN/OUT Gaussians from shadow losses (n_models, n_examples, n_positions), NaN-padded."""
+    def fit(self, losses: np.ndarray, keep: np.ndarray, used: np.ndarray | None = None) -> LiRA:
+        """Estimate the IN/OUT Gaussians from shadow losses (n_models, n_examples, n_positions), NaN-padded.
+
+        `used` (n_models, n_examples) leaves out the (model, example) scores that are False.
+        """
         losses, keep = check_shadow_scores(losses, keep)
+        used = check_used(used, keep)
         self.warnings_ = []
         self.valid_ = ~np.isnan(losses[0])
         stats = np.nan_to_num(self._statistic(losses)).transpose(1, 0, 2)  # (examples, models, dims)
         n_examples, _, dims = stats.shape
         valid = self._dims_valid(self.valid_)
-        masks = {"out": ~keep.T} | ({"in": keep.T} if self.online else {})
+        masks = {"out": ~keep.T & used.T} | ({"in": keep.T & used.T} if self.online else {})
         counts = {name: mask.sum(axis=1) for name, mask in masks.items()}
         self._check_counts(counts)
         per_example = self._per_example_variance(counts)
@@ -168,6 +172,9 @@ class LiRA:
         """Cholesky factors of one covariance pooled over all examples, restricted to each example's positions."""
         pairs = np.einsum("b,bl,bk->lk", rows.astype(float), valid, valid)  # residual pairs behind each entry
         pooled = np.divide(scatter, pairs, out=np.zeros_like(pairs), where=pairs > 0)
+        if not np.diag(pooled).any():
+            raise ValueError("The pooled (global) variance is zero: no example has two shadow models of a class "
+                             "whose scores could differ. Train more shadows (leave-one-out needs at least 6).")
         has = np.diag(pairs)[None] > 0
         pooled = structured_covariance(pooled[None], np.array([rows.sum()]), has, self.estimator)[0]
         chol = np.empty((len(valid), *pooled.shape))

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 from sklearn.metrics import roc_auc_score
 
-from privft.lira.inputs import check_shadow_scores, check_target
+from privft.lira.inputs import check_shadow_scores, check_target, check_used
 
 A_GRID = tuple(np.round(np.linspace(0, 1, 11), 1))
 
@@ -40,16 +40,21 @@ class RMIA:
         if self.gamma <= 0:
             raise ValueError(f"The 'gamma' parameter of RMIA must be positive. Got {self.gamma} instead.")
 
-    def fit(self, losses: np.ndarray, keep: np.ndarray) -> RMIA:
-        """Estimate p(x) from the OUT reference models' losses (n_models, n_examples, n_positions)."""
+    def fit(self, losses: np.ndarray, keep: np.ndarray, used: np.ndarray | None = None) -> RMIA:
+        """Estimate p(x) from the OUT reference models' losses (n_models, n_examples, n_positions).
+
+        `used` (n_models, n_examples) leaves out the (model, example) losses that are False.
+        """
         losses, keep = check_shadow_scores(losses, keep)
+        used = check_used(used, keep)
         if keep[:, self.population].any():
             raise ValueError("Some population example is IN for a reference model; the population must be "
                              "texts no model trained on.")
         probability = np.exp(-np.nanmean(losses, axis=2))  # (models, examples)
         self.valid_ = ~np.isnan(losses[0])
-        self.offline_a_ = self.offline_a if self.offline_a is not None else self._tune_a(probability, keep)
-        self.marginal_ = self._marginal(probability, keep, self.offline_a_)
+        out = ~keep & used
+        self.offline_a_ = self.offline_a if self.offline_a is not None else self._tune_a(probability, keep, out)
+        self.marginal_ = self._marginal(probability, out, self.offline_a_)
         return self
 
     def score_samples(self, losses: np.ndarray) -> np.ndarray:
@@ -64,22 +69,22 @@ class RMIA:
         return np.searchsorted(population, ratio / self.gamma, side="left") / len(population)
 
     @staticmethod
-    def _marginal(probability: np.ndarray, keep: np.ndarray, a: float) -> np.ndarray:
-        """p(x) ≈ ((1 + a) · mean OUT p(x | θ') + (1 − a)) / 2 per example."""
-        out = (~keep).sum(axis=0)
-        if (out < 1).any():
-            raise ValueError(f"Example {int(np.argmax(out < 1))} is OUT for no reference model; offline RMIA "
+    def _marginal(probability: np.ndarray, out: np.ndarray, a: float) -> np.ndarray:
+        """p(x) ≈ ((1 + a) · mean OUT p(x | θ') + (1 − a)) / 2 per example; `out` marks the OUT losses to average."""
+        n_out = out.sum(axis=0)
+        if (n_out < 1).any():
+            raise ValueError(f"Example {int(np.argmax(n_out < 1))} is OUT for no reference model; offline RMIA "
                              "needs at least one OUT model per example.")
-        mean_out = np.where(keep, 0.0, probability).sum(axis=0) / out
+        mean_out = np.where(out, probability, 0.0).sum(axis=0) / n_out
         return ((1 + a) * mean_out + (1 - a)) / 2
 
-    def _tune_a(self, probability: np.ndarray, keep: np.ndarray) -> float:
+    def _tune_a(self, probability: np.ndarray, keep: np.ndarray, out: np.ndarray) -> float:
         """The grid value of `a` with the best AUC when reference model 0 is the target of the others."""
         scored = np.setdiff1d(np.arange(keep.shape[1]), self.population)
         labels = keep[0, scored]
         if len(keep) < 2 or labels.all() or not labels.any():
             raise ValueError("Tuning RMIA's offline_a needs at least 2 reference models, the first with both IN and "
                              "OUT examples; pass offline_a explicitly.")
-        aucs = [roc_auc_score(labels, self._score(probability[0], self._marginal(probability[1:], keep[1:], a))[scored])
+        aucs = [roc_auc_score(labels, self._score(probability[0], self._marginal(probability[1:], out[1:], a))[scored])
                 for a in A_GRID]
         return float(A_GRID[int(np.argmax(aucs))])

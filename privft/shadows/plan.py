@@ -57,9 +57,10 @@ class ShadowSettings:
 
     def __post_init__(self) -> None:
         """Check the settings that the plan's balance and the stored windows rely on."""
-        if self.n_shadows < 4:
-            raise ValueError(f"The 'n_shadows' parameter of ShadowSettings must be at least 4 (leave-one-out "
-                             f"needs IN and OUT shadows per example). Got {self.n_shadows} instead.")
+        if self.n_shadows < 6:
+            raise ValueError(f"The 'n_shadows' parameter of ShadowSettings must be at least 6: each leave-one-out "
+                             "fold then keeps 2 IN and 2 OUT shadows per example, the fewest a per-example variance "
+                             f"is estimated from. Got {self.n_shadows} instead.")
         if not 1 <= self.window < self.training.max_length:
             raise ValueError(f"The 'window' parameter of ShadowSettings must be in [1, training.max_length - 1 = "
                              f"{self.training.max_length - 1}] so every stored token was trained on. "
