@@ -67,6 +67,15 @@ def ensemble_known_labels(y_true: np.ndarray, fraction: float, seed: int) -> np.
     return known
 
 
+def unscored_note(name: str, y_true: np.ndarray, scored: np.ndarray) -> str:
+    """How many members and non-members an attack scored, when it left some texts without a finite score."""
+    members, non_members = int((y_true == 1).sum()), int((y_true == 0).sum())
+    return (f"{name} is measured on {int(scored[y_true == 1].sum())} of {members} members and "
+            f"{int(scored[y_true == 0].sum())} of {non_members} non-members: {int((~scored).sum())} text(s) have no "
+            "finite score (the Ensemble's labelled fitting share, texts without a usable neighbour, or a "
+            "non-finite statistic).")
+
+
 def same_tokenizer(a: PreTrainedTokenizerBase, b: PreTrainedTokenizerBase) -> bool:
     """Whether two tokenizers map text to the same ids (same vocabulary)."""
     return a is b or a.get_vocab() == b.get_vocab()
@@ -144,7 +153,7 @@ def run_audit(
     cheap function of those statistics. Without an explicit reference, a peft model is compared
     with itself with adapters disabled. A `context` adds ReCaLL, CON-ReCaLL and neighbourhood
     statistics through the same scorer. Attacks that leave texts unscored (NaN: the Ensemble's
-    fitting part) are measured on the rest only.
+    fitting part, a text without usable neighbours) are measured on the rest, with a note giving the counts.
     """
     config = config or AuditConfig()
     texts, y_true = split.labels_and_texts()
@@ -190,8 +199,10 @@ def run_audit(
                           **extra)
     scores = {name: get_attack(name)(inputs) for name in names}
 
-    def metrics(values: np.ndarray) -> AttackMetrics:
+    def metrics(name: str, values: np.ndarray) -> AttackMetrics:
         scored = np.isfinite(values)
+        if not scored.all():
+            notes.append(unscored_note(name, y_true, scored))
         return evaluate_attack(y_true[scored], values[scored], max_fprs=config.max_fprs,
                                n_bootstrap=config.n_bootstrap, seed=config.seed)
 
@@ -201,8 +212,8 @@ def run_audit(
         config=asdict(config),
         split={"source": split.source, "seed": split.seed, "n_members": len(split.members),
                "n_non_members": len(split.non_members), "n_validation": len(split.validation)},
-        blind_baseline=metrics(blind),
-        attacks={name: metrics(values) for name, values in scores.items()},
+        blind_baseline=metrics("blind baseline", blind),
+        attacks={name: metrics(name, values) for name, values in scores.items()},
         perplexity=PerplexityResult(
             value=perplexity([s.nll_sum for s in held_out_stats], [s.n_tokens for s in held_out_stats]),
             on="validation" if split.validation else "non-members",

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from privft.paraphrase import ParaphraseCache, Paraphraser, obfuscate
 from privft.scoring import TokenStats
+
+logger = logging.getLogger(__name__)
 
 PREFIX_SEPARATOR = "\n\n"
 NEIGHBOUR_SEED_STEP = 100  # seeds of different neighbours of a text lie this far apart (retries use seed + 1, ...)
@@ -76,9 +79,20 @@ def join_prefix(shots: Sequence[str]) -> str:
 
 def generate_neighbours(texts: Sequence[str], paraphraser: Paraphraser, n_neighbours: int, *,
                         cache: ParaphraseCache | None = None, seed: int = 0) -> dict[str, list[str]]:
-    """`n_neighbours` word-swap rewrites of each whole text, each from its own seed, cached by content."""
+    """Up to `n_neighbours` word-swap rewrites of each whole text, each from its own seed, cached by content.
+
+    A rewrite that fell back (every try rejected, or no word could be swapped) is not a
+    neighbour: the original text among its own neighbours would pull its score toward 0. A
+    text left with fewer neighbours is logged; one with none goes unscored by the attack.
+    """
     if n_neighbours < 1:
         raise ValueError(f"n_neighbours={n_neighbours} must be >= 1.")
     rounds = [obfuscate(texts, paraphraser, prefix_keep_ratio=0.0, cache=cache, seed=seed + k * NEIGHBOUR_SEED_STEP)
               for k in range(n_neighbours)]
-    return {text: [r[i].text for r in rounds] for i, text in enumerate(texts)}
+    neighbours = {text: [r[i].text for r in rounds if not r[i].fallback] for i, text in enumerate(texts)}
+    short = [len(hood) for hood in neighbours.values() if len(hood) < n_neighbours]
+    if short:
+        logger.warning("%d of %d texts have fewer than %d usable neighbours (%d have none, so the neighbourhood "
+                       "attack leaves them unscored); their other rewrites fell back.", len(short), len(neighbours),
+                       n_neighbours, short.count(0))
+    return neighbours

@@ -174,14 +174,14 @@ class AuditReport:
 
     def threshold_fpr_line(self, index: int) -> str | None:
         """How high, on new non-members, the FPR of ceiling `index`'s threshold may be (95 % upper bound)."""
-        ceiling = self.blind_baseline.tpr_at_fpr[index]
-        bounds = [m.tpr_at_fpr[index].fpr_upper for m in (self.blind_baseline, *self.attacks.values())
-                  if m.tpr_at_fpr[index].fpr_upper is not None]
-        if not bounds:
+        results = [m.tpr_at_fpr[index] for m in (self.blind_baseline, *self.attacks.values())
+                   if m.tpr_at_fpr[index].fpr_upper is not None]
+        if not results:
             return None
-        return (f"On new non-members, the threshold set for FPR ≤ {ceiling.max_fpr * 100:g} % may reach FPR "
-                f"{max(bounds) * 100:.2g} % (95 % upper bound from the order statistics of "
-                f"{ceiling.n_non_members:,} non-members): read its TPR as that of a looser ceiling.")
+        loosest = max(results, key=lambda result: result.fpr_upper)
+        return (f"On new non-members, the threshold set for FPR ≤ {loosest.max_fpr * 100:g} % may reach FPR "
+                f"{loosest.fpr_upper * 100:.2g} % (95 % upper bound from the order statistics of "
+                f"{loosest.n_non_members:,} non-members): read its TPR as that of a looser ceiling.")
 
     def roc_png(self) -> bytes:
         """A log-log ROC plot (one curve per attack, the blind baseline dashed) as PNG bytes."""

@@ -85,6 +85,10 @@ def test_report_files_carry_counts_scores_and_warnings(lora_model, tokenizer, sp
     bound = loose.attacks["loss"].tpr_at_fpr[0].fpr_upper  # 1 false positive allowed among 30 non-members
     assert bound == pytest.approx(0.1486, abs=1e-4)
     assert "threshold set for FPR ≤ 5 % may reach FPR 15 %" in loose.to_markdown()
+    mixed = run_audit(lora_model, tokenizer, split, config=AuditConfig(attacks=("loss", "ensemble"), max_fprs=(0.05,)))
+    markdown = mixed.to_markdown()  # the Ensemble scores 21 + 21 texts; its looser bound is stated with its count
+    assert "ensemble is measured on 21 of 30 members and 21 of 30 non-members" in markdown
+    assert "order statistics of 21 non-members" in markdown
 
 
 def test_no_reference_skips_reference_attacks_with_a_note(tiny_model, tokenizer, split):

@@ -171,6 +171,25 @@ def test_neighbours_are_cached_word_swaps_and_feed_the_neighbourhood_attack(tiny
     np.testing.assert_allclose(scores, expected)
 
 
+def test_a_text_without_usable_neighbours_is_left_out_of_the_neighbourhood_attack_with_counts(
+        tiny_model, tokenizer, paper_split, caplog):
+    texts, _ = paper_split.labels_and_texts()
+
+    class Stuck(NeighbourParaphraser):  # no word of the first member can be swapped: every rewrite falls back
+        def rewrite(self, text: str, *, seed: int) -> str:
+            return text if text == texts[0] else super().rewrite(text, seed=seed)
+
+    with caplog.at_level("WARNING"):
+        neighbours = generate_neighbours(texts, Stuck(tiny_model, tokenizer, fraction=0.2), 2)
+    assert neighbours[texts[0]] == [] and "(1 have none" in caplog.text
+    report = run_audit(tiny_model, tokenizer, paper_split, reference=tiny_model,
+                       context=AuditContext(neighbours=neighbours),
+                       config=AuditConfig(attacks=("loss", "neighbourhood", "ensemble"), n_bootstrap=50))
+    assert np.isnan(report.scores["neighbourhood"][0]) and np.isnan(report.scores["ensemble"][0])
+    assert report.attacks["neighbourhood"].auc.n_members == 19
+    assert "neighbourhood is measured on 19 of 20 members and 20 of 20 non-members" in report.to_markdown()
+
+
 def test_audit_runs_the_papers_attacks_with_a_context(tiny_model, tokenizer, paper_split, local_texts, tmp_path):
     outside = [t for t in local_texts if t not in set(paper_split.labels_and_texts()[0])]
     texts, _ = paper_split.labels_and_texts()

@@ -29,6 +29,6 @@ def con_recall_attack(inputs: AttackInputs) -> np.ndarray:
 @register_attack("neighbourhood", needs=("neighbours",),
                  description="mean loss of word-swap neighbours minus the text's loss (Mattern et al. 2023)")
 def neighbourhood_attack(inputs: AttackInputs) -> np.ndarray:
-    """A member sits in a loss dip that its neighbours do not share."""
-    return np.array([np.mean([n.mean_nll for n in hood]) - s.mean_nll
+    """A member sits in a loss dip that its neighbours do not share; NaN for a text with no neighbour."""
+    return np.array([np.mean([n.mean_nll for n in hood]) - s.mean_nll if len(hood) else np.nan
                      for s, hood in zip(inputs.target, inputs.neighbours)])

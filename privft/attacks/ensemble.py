@@ -26,15 +26,17 @@ def ensemble_attack(inputs: AttackInputs) -> np.ndarray:
 
     Unlike the release (fitted on 85 % of the evaluation set, then scored on all of it), the
     classifier never scores a text it was fitted on, so its AUC is measured on the rest only.
+    A text some component leaves unscored (no usable neighbour) is neither fitted on nor scored.
     """
     known = np.asarray(inputs.known_labels)
-    fit = known >= 0
-    if np.bincount(known[fit], minlength=2).min() < 2 or fit.all():
+    _, features = ensemble_features(inputs)
+    complete = np.isfinite(features).all(axis=1)
+    fit, unknown = (known >= 0) & complete, (known < 0) & complete
+    if np.bincount(known[fit], minlength=2).min() < 2 or not unknown.any():
         raise ValueError("The ensemble needs at least 2 known members and 2 known non-members to fit on, and "
                          "texts left to score; raise or lower AuditConfig.ensemble_fit_fraction.")
-    _, features = ensemble_features(inputs)
     classifier = make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000))
     classifier.fit(features[fit], known[fit])
     scores = np.full(len(known), np.nan)
-    scores[~fit] = classifier.predict_proba(features[~fit])[:, 1]
+    scores[unknown] = classifier.predict_proba(features[unknown])[:, 1]
     return scores
