@@ -174,7 +174,7 @@ def run_training(config: RunConfig, *, split: MembershipSplit | None = None,
             split.validation if config.soft.rule == "paper" else None,  # the release rule takes no threshold texts
             rule=config.soft.rule, max_length=config.training.max_length, select_ratio=config.soft.select_ratio,
             warmup_epochs=config.soft.warmup_epochs, cumulative=config.soft.cumulative,
-            batch_size=config.audit.batch_size)
+            batch_size=config.audit.batch_size, score_max_length=config.audit.max_length)
         callbacks.append(soft_callback)
     else:
         dataset = tokenize_for_training(tokenizer, train_texts, config.training.max_length)

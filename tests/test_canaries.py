@@ -18,7 +18,9 @@ from privft.attacks.exposure import (
     rank_among,
     summarize,
 )
-from privft.callbacks import CanaryCallback, measure_exposure
+from privft.audit import AuditConfig
+from privft.callbacks import CanaryCallback, PrivacyAuditCallback, measure_exposure
+from privft.data import MembershipSplit
 from privft.data.canaries import CanaryError, CanaryPlan
 from privft.training import FinetuneSettings, finetune, tokenize_for_training
 
@@ -170,3 +172,19 @@ def test_exposure_entries_reach_the_log_history_and_the_plan_survives_a_restart(
     assert len(restored) == 1 and restored[0].plan == plan
     assert restored[0].results and restored[0].tokenizer is tokenizer
     assert [e["step"] for e in resumed.state.log_history if "privacy/canary_exposure_mean" in e] == [2, 3]
+
+    # The audit keeps the object it was given, while the Trainer swaps in one rebuilt from the checkpoint,
+    # last in line: the report still gets the final exposure, measured once.
+    given = CanaryCallback(plan, tokenizer)
+    split = MembershipSplit.random([t for t in local_texts if len(t) > 80][:40], n_members=20, n_non_members=20,
+                                   n_validation=0, seed=0)
+    audit = PrivacyAuditCallback(split, tokenizer, config=AuditConfig(attacks=("loss",), n_bootstrap=10),
+                                 canary_callback=given, output_dir=str(tmp_path / "audit"))
+    again = trainer(given, max_steps=3)
+    again.add_callback(audit)
+    again.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))
+    assert given not in again.callback_handler.callbacks
+    measured = [e for e in again.state.log_history if "privacy/canary_exposure_ceiling" in e]
+    assert [e["step"] for e in measured] == [2, 3]
+    final = audit.report.canary_exposure
+    assert final is not None and final["mean_exposure"] == measured[-1]["privacy/canary_exposure_mean"]

@@ -16,6 +16,7 @@ from privft.audit import (
     same_tokenizer,
     select_attacks,
 )
+from privft.callbacks.canary import CanaryCallback
 from privft.data import MembershipSplit
 from privft.io import atomic_write_text
 from privft.report import AuditReport
@@ -78,7 +79,7 @@ class PrivacyAuditCallback(TrainerCallback):
         config: AuditConfig | None = None,
         every_n_epochs: int | None = None,
         output_dir: str | None = None,
-        canary_callback: TrainerCallback | None = None,
+        canary_callback: CanaryCallback | None = None,
         model_name: str | None = None,
     ) -> None:
         if every_n_epochs is not None and every_n_epochs < 1:
@@ -106,8 +107,8 @@ class PrivacyAuditCallback(TrainerCallback):
         report = run_audit(model, self.tokenizer, self.split, reference=self.reference,
                            reference_tokenizer=self.reference_tokenizer, config=self.config,
                            model_name=self.model_name)
-        if self.canary_callback is not None and getattr(self.canary_callback, "results", None):
-            report.canary_exposure = self.canary_callback.summary()
+        if self.canary_callback is not None:
+            report.canary_exposure = self.canary_callback.exposure_at(state, model)
         out = Path(self.output_dir or Path(args.output_dir) / "privacy-audit")
         report.save(out / tag if tag != "final" else out)
         state.log_history.append({**headline_metrics(report), "epoch": state.epoch, "step": state.global_step})

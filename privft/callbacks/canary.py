@@ -63,13 +63,15 @@ class CanaryCallback(TrainerCallback, ExportableState):
 
     Each measurement appends `privacy/canary_exposure_mean` and `_max`, the extrapolated mean and
     max and `privacy/canary_exposure_ceiling` (all in bits) to `state.log_history` with the
-    epoch and step, and keeps the per-canary results in `results` (`summary()` for the audit
-    report; list this callback before an AuditCallback that reads it). Only the world main process
-    measures, on the unwrapped model; sharded parameters (FSDP, ZeRO-3) are not supported.
+    epoch and step, and keeps the per-canary results in `results`. A step is measured once: the
+    audit callback asks `exposure_at` for the report, which measures only when the log has no
+    entry for the current step yet. Only the world main process measures, on the unwrapped model;
+    sharded parameters (FSDP, ZeRO-3) are not supported.
     The plan is saved with checkpoints; with `restore_callback_states_from_checkpoint=True`
     the Trainer rebuilds this callback from it, without the tokenizer (it then comes from the
     Trainer's `processing_class`) and as a new object (read its results from the Trainer's
-    callbacks or `state.log_history`).
+    callbacks or `state.log_history`). The audit keeps the object it was given, and still gets
+    the final exposure through `exposure_at`, whichever of the two measures it.
     """
 
     def __init__(self, plan: CanaryPlan | Mapping[str, Any], tokenizer: PreTrainedTokenizerBase | None = None,
@@ -83,7 +85,6 @@ class CanaryCallback(TrainerCallback, ExportableState):
         self.every_n_epochs = every_n_epochs
         self.batch_size = batch_size
         self.results: list[CanaryExposure] = []
-        self._measured_step: int | None = None
 
     def state(self) -> dict[str, Any]:
         """The constructor arguments (the plan as a dict) for the Trainer's checkpoint."""
@@ -95,7 +96,15 @@ class CanaryCallback(TrainerCallback, ExportableState):
 
     def summary(self) -> dict[str, Any]:
         """The latest measurement for `AuditReport.canary_exposure`: exposures in bits and the plan's size."""
-        stats = summarize(self.results)
+        return self._report_entry(summarize(self.results))
+
+    def exposure_at(self, state: TrainerState, model: PreTrainedModel) -> dict[str, Any]:
+        """`summary()` of the current step for the audit report, measured now unless the log already holds it."""
+        stats = self._logged(state) or self._measure(state, model)
+        return self._report_entry(stats)
+
+    def _report_entry(self, stats: Mapping[str, float]) -> dict[str, Any]:
+        """`summarize` output in the report's names, with the plan's size."""
         return {
             "mean_exposure": stats["exposure_mean"],
             "max_exposure": stats["exposure_max"],
@@ -106,6 +115,16 @@ class CanaryCallback(TrainerCallback, ExportableState):
             "copies": self.plan.copies,
             "n_alternatives": self.plan.n_alternatives,
         }
+
+    @staticmethod
+    def _logged(state: TrainerState) -> dict[str, float] | None:
+        """The exposure statistics logged at the current step, by this callback or a copy of it, if any."""
+        for entry in reversed(state.log_history):
+            # the ceiling marks a measurement; the audit's headline entry repeats only the mean and max
+            if entry.get("step") == state.global_step and LOG_PREFIX + "exposure_ceiling" in entry:
+                return {key.removeprefix(LOG_PREFIX): value for key, value in entry.items()
+                        if key.startswith(LOG_PREFIX)}
+        return None
 
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                        **kwargs: Any) -> None:
@@ -120,23 +139,24 @@ class CanaryCallback(TrainerCallback, ExportableState):
     def on_epoch_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                      **kwargs: Any) -> None:
         """Measure every `every_n_epochs` epochs."""
-        if self.every_n_epochs and round(state.epoch or 0) % self.every_n_epochs == 0:
+        if self.every_n_epochs and round(state.epoch or 0) % self.every_n_epochs == 0 and not self._logged(state):
             self._measure(state, kwargs["model"])
 
     def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                      **kwargs: Any) -> None:
-        """Measure the final model, unless the last epoch's measurement already did."""
-        if self._measured_step != state.global_step:
+        """Measure the final model, unless this step was measured already (last epoch, or the audit asked)."""
+        if not self._logged(state):
             self._measure(state, kwargs["model"])
 
-    def _measure(self, state: TrainerState, model: PreTrainedModel) -> None:
-        """Measure exposure on the main process and append the summary to the log history."""
+    def _measure(self, state: TrainerState, model: PreTrainedModel) -> dict[str, float] | None:
+        """Measure exposure on the main process, append the summary to the log history and return it."""
         if not state.is_world_process_zero:
-            return
+            return None
         self.results = measure_exposure(extract_model_from_parallel(model), self.tokenizer, self.plan,
                                         batch_size=self.batch_size)
-        self._measured_step = state.global_step
-        entry = {LOG_PREFIX + key: value for key, value in summarize(self.results).items()}
+        stats = summarize(self.results)
+        entry = {LOG_PREFIX + key: value for key, value in stats.items()}
         if state.epoch is not None:
             entry["epoch"] = state.epoch
         state.log_history.append({**entry, "step": state.global_step})
+        return stats

@@ -25,11 +25,14 @@ def prepare_soft(
     warmup_epochs: int | None = None,
     cumulative: bool = True,
     batch_size: int = 8,
+    score_max_length: int | None = None,
 ) -> tuple[ObfuscatedView, SelectiveObfuscationCallback]:
     """The training view and its SOFT callback; `obfuscated_texts[i]` replaces `train_texts[i]` when selected.
 
     Both versions are tokenized as `privft.training` does (BOS first, cut at `max_length`);
-    the other options are `SelectiveObfuscationCallback`'s. Typical use::
+    `score_max_length` is the selection's scoring window (the callback's `max_length`; give the
+    audit's, so both read the same losses); the other options are `SelectiveObfuscationCallback`'s.
+    Typical use::
 
         view, soft = prepare_soft(tokenizer, train_texts, [r.text for r in obfuscations], validation_texts)
         trainer = Trainer(model, args, train_dataset=view, data_collator=collator,
@@ -53,5 +56,5 @@ def prepare_soft(
                           tokenize_for_training(tokenizer, obfuscated_texts, max_length), train_texts)
     callback = SelectiveObfuscationCallback(
         view, tokenizer, rule=rule, validation_texts=validation_texts, select_ratio=select_ratio,
-        warmup_epochs=warmup_epochs, cumulative=cumulative, batch_size=batch_size)
+        warmup_epochs=warmup_epochs, cumulative=cumulative, batch_size=batch_size, max_length=score_max_length)
     return view, callback
