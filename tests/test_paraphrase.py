@@ -184,6 +184,16 @@ def test_cache_serves_repeated_inputs_without_calling_the_paraphraser(tmp_path):
     assert {json.loads(entry.read_text())["original"] for entry in entries} == {TEXT, "an afternoon in the lazy sun"}
 
 
+def test_a_cached_fallback_is_logged_again(tmp_path, caplog):
+    cache = ParaphraseCache(tmp_path / "cache")
+    paraphraser = Scripted(lambda text, seed: text)
+    with caplog.at_level(logging.WARNING, logger="privft.paraphrase"):
+        first = obfuscate([TEXT], paraphraser, cache=cache, retries=0)
+        second = obfuscate([TEXT], paraphraser, cache=cache, retries=0)
+    assert second == first and first[0].fallback and len(paraphraser.calls) == 1
+    assert [record.getMessage() for record in caplog.records] == [f"Text 0: {first[0].reason}."] * 2
+
+
 # --- neighbour paraphraser ---------------------------------------------------------------------
 
 def test_neighbour_swaps_whole_words_reproducibly(tiny_model, tokenizer, local_texts):
@@ -195,7 +205,7 @@ def test_neighbour_swaps_whole_words_reproducibly(tiny_model, tokenizer, local_t
     assert rewrites[0].split()[0] == text.split()[0]
     changed = sum(a != b for a, b in zip(text.split(), rewrites[0].split()))
     assert 1 <= changed <= len(text.split()) * 0.3 + 1
-    json.dumps(paraphraser.settings())
+    assert json.loads(json.dumps(paraphraser.settings()))["device"] == "cpu"
 
 
 def test_neighbour_handles_texts_longer_than_the_context(tiny_model, tokenizer, local_texts):
@@ -236,6 +246,33 @@ def test_meta_text_is_stripped_from_replies(reply, expected):
     assert clean_reply(reply) == expected
 
 
+@pytest.mark.parametrize(("reply", "expected"), [
+    ('The cat sat on the rug.\n"""', "The cat sat on the rug."),
+    ('A feline rested on a mat."""\nNote: I changed words.', "A feline rested on a mat."),
+    ('Here is the rewrite:\n"""\nA feline rested.', "A feline rested."),
+    ("```python\nif version:\n    print(version)\n```", "if version:\n    print(version)"),
+    ("```python\ndef rewritten_sum(a, b):\n    return a + b\n```", "def rewritten_sum(a, b):\n    return a + b"),
+    ("ok.append(1)\nprint(ok)", "ok.append(1)\nprint(ok)"),
+    ("The data are shown here:\n- a table of values", "The data are shown here:\n- a table of values"),
+    ("Certainly, the cat sat.\nIt purred.", "Certainly, the cat sat.\nIt purred."),
+    ("Certainly! Here's a rewritten version of the paragraph:\nA feline sat.", "A feline sat."),
+    ("Sure!\n\nRewritten text:\nA feline sat.", "A feline sat."),
+])
+def test_only_delimiters_and_clear_lead_ins_are_removed_from_prose(reply, expected):
+    assert clean_reply(reply) == expected
+
+
+@pytest.mark.parametrize(("reply", "expected"), [
+    ("ok.append(1)\nprint(ok)", "ok.append(1)\nprint(ok)"),
+    ("Here is the rewritten code:\nx = 1", "Here is the rewritten code:\nx = 1"),
+    ('def f(x):\n    """Return x."""\n    return x', 'def f(x):\n    """Return x."""\n    return x'),
+    ('"""\ndef f(x):\n    """Return x."""\n    return x\n"""', 'def f(x):\n    """Return x."""\n    return x'),
+    ("x = 1\n\nNote: renamed y.", "x = 1\n\nNote: renamed y."),
+])
+def test_code_replies_are_only_cut_at_fences_and_lone_triple_quotes(reply, expected):
+    assert clean_reply(reply, "code") == expected
+
+
 def test_llm_rewrite_is_seeded_and_leaves_the_global_rng_alone(tiny_model, chat_tokenizer):
     paraphraser = LLMParaphraser(tiny_model, chat_tokenizer, max_new_tokens=12)
     torch.manual_seed(123)
@@ -248,11 +285,28 @@ def test_llm_rewrite_is_seeded_and_leaves_the_global_rng_alone(tiny_model, chat_
     assert json.dumps(paraphraser.settings())
 
 
+def test_llm_settings_follow_the_chat_template_generation_config_and_device(tiny_model, chat_tokenizer):
+    paraphraser = LLMParaphraser(tiny_model, chat_tokenizer, max_new_tokens=8)
+    keys = [ParaphraseCache.key(settings=paraphraser.settings())]
+    chat_tokenizer.chat_template = CHAT_TEMPLATE.replace("assistant", "bot")
+    keys.append(ParaphraseCache.key(settings=paraphraser.settings()))
+    tiny_model.generation_config.top_k = 2
+    keys.append(ParaphraseCache.key(settings=paraphraser.settings()))
+    tiny_model.generation_config.repetition_penalty = 1.5
+    settings = paraphraser.settings()
+    keys.append(ParaphraseCache.key(settings=settings))
+    assert len(set(keys)) == 4
+    assert settings["generation_config"]["top_k"] == 2 and settings["device"] == "cpu"
+    assert "transformers_version" not in settings["generation_config"]
+
+
 def test_llm_needs_a_chat_template(tiny_model, tokenizer):
     with pytest.raises(ValueError, match="no chat template"):
         LLMParaphraser(tiny_model, tokenizer)
     with pytest.raises(ValueError, match="domain='poetry'"):
         build_messages("x", "poetry")
+    with pytest.raises(ValueError, match="domain='poetry'"):
+        clean_reply("x", "poetry")
 
 
 # --- WordNet paraphraser -----------------------------------------------------------------------

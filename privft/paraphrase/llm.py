@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from functools import cached_property
 from typing import Any
@@ -20,12 +21,23 @@ INSTRUCTIONS = {
             " names, function names, and comments. Maintain the same input-output behavior. Keep it in the same"
             " programming language.",
 }
+MAX_LEAD_IN_WORDS = 16  # longer first lines are kept: they are more likely content than a lead-in
 _FENCE = re.compile(r"```[^\n]*\n(.*?)(?:```|$)", re.DOTALL)
-_OPENER = re.compile(r"(?:sure|certainly|of course|absolutely|okay|ok)\s*[!,.:]", re.IGNORECASE)
-_ANNOUNCES = re.compile(r"\b(?:here|below|rewrit\w*|paraphras\w*|revised|version)\b", re.IGNORECASE)
+# The prompt's triple quote: anywhere in prose; in code only alone on a line, since docstrings use it too.
+_QUOTES = {"text": re.compile('"""'), "code": re.compile(r'^"""[ \t]*$', re.MULTILINE)}
+# A lead-in line: an acknowledgement ("Sure!", "Certainly,"), an announcement ending with ':' ("Here is the
+# rewritten paragraph:", "Rewritten text:"), or both ("Sure, here you go.", "Of course! Here's the rewrite:").
+_ACK = r"(?:sure|certainly|of course|absolutely|okay|ok)\b[!,.:]*"
+_ANNOUNCE = r"(?:(?:here|below)(?:['\u2019]s|\s+is|\s+are)|(?:the\s+)?(?:rewritten|paraphrased|revised))\b.*:"
+_LEAD_IN = re.compile(rf"(?:{_ACK}\s*)?(?:{_ANNOUNCE}|here you go[.!]?)?", re.IGNORECASE)
 _NOTE = re.compile(r"\(?(?:(?:notes?|explanation|changes(?: made)?)\s*:|i hope\b|let me know\b"
                    r"|this (?:rewritten|revised|paraphrased) (?:version|paragraph|text|code)\b"
                    r"|in this (?:rewrite|version)\b)", re.IGNORECASE)
+
+
+def _check_domain(domain: str) -> None:
+    if domain not in INSTRUCTIONS:
+        raise ValueError(f"domain={domain!r} is not known; choose one of {', '.join(INSTRUCTIONS)}.")
 
 
 def build_messages(text: str, domain: str = "text") -> list[dict[str, str]]:
@@ -33,25 +45,42 @@ def build_messages(text: str, domain: str = "text") -> list[dict[str, str]]:
 
     The code prompt is sent without a system message, as the release's README shows it.
     """
-    if domain not in INSTRUCTIONS:
-        raise ValueError(f"domain={domain!r} is not known; choose one of {', '.join(INSTRUCTIONS)}.")
+    _check_domain(domain)
     user = {"role": "user", "content": f'{INSTRUCTIONS[domain]}\n"""\n{text}\n"""'}
     return [{"role": "system", "content": SYSTEM_PROMPT}, user] if domain == "text" else [user]
 
 
-def clean_reply(reply: str) -> str:
-    """The rewrite inside an LLM reply, without lead-ins ("Sure, ...", "Here is ...:") and trailing notes.
+def clean_reply(reply: str, domain: str = "text") -> str:
+    """The rewrite inside an LLM reply, for prose without lead-ins ("Sure! Here is ...:") and trailing notes.
 
-    A fenced block (```) wins, then the text after the first triple quote up to the next one
-    (the release's `parse_response`); otherwise the whole reply.
+    A fenced block (```) is the rewrite, verbatim. Otherwise, as in the release's `parse_response`,
+    the text between the first pair of triple quotes is, verbatim; a single triple quote is the
+    prompt's closing quote echoed before or after the rewrite, so the side holding text is kept
+    (the part before it when that has any). For prose outside these delimiters, leading lead-in
+    lines are dropped: lines of at most `MAX_LEAD_IN_WORDS` words that are an acknowledgement
+    ("Sure!", "Of course,"), an announcement starting "Here is/are", "Here's", "Below is" or
+    "Rewritten/Paraphrased/Revised" and ending with ':', or the two together ("Sure, here you go.").
+    So are trailing notes ("Note: ...", "I hope ..."). Code is never touched beyond the delimiters.
     """
+    _check_domain(domain)
     if fence := _FENCE.search(reply):
-        reply = fence.group(1)
-    elif '"""' in reply:
-        reply = reply.split('"""')[1]
-    lines = reply.strip().splitlines()
-    while lines and (_OPENER.match(lines[0].strip())
-                     or (lines[0].rstrip().endswith(":") and _ANNOUNCES.search(lines[0]))):
+        return fence.group(1).strip()
+    parts = _QUOTES[domain].split(reply)
+    if len(parts) > 2:
+        return parts[1].strip()
+    tidy = _without_meta if domain == "text" else str.strip
+    return tidy(parts[0]) or tidy(parts[-1])
+
+
+def _is_lead_in(line: str) -> bool:
+    """Whether `line` is blank or a short lead-in, such as "Sure!" or "Here is the rewritten paragraph:"."""
+    return len(line.split()) <= MAX_LEAD_IN_WORDS and _LEAD_IN.fullmatch(line.strip()) is not None
+
+
+def _without_meta(text: str) -> str:
+    """Prose `text` without its lead-in lines and trailing note paragraphs ("Note: ...", "I hope ...")."""
+    lines = text.strip().splitlines()
+    while lines and _is_lead_in(lines[0]):
         lines = lines[1:]
     paragraphs = re.split(r"\n\s*\n", "\n".join(lines).strip())
     while len(paragraphs) > 1 and _NOTE.match(paragraphs[-1].strip()):
@@ -66,8 +95,7 @@ class LLMParaphraser(Paraphraser):
 
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *, domain: str = "text",
                  max_new_tokens: int | None = None, temperature: float = 0.7, top_p: float = 0.9) -> None:
-        if domain not in INSTRUCTIONS:
-            raise ValueError(f"domain={domain!r} is not known; choose one of {', '.join(INSTRUCTIONS)}.")
+        _check_domain(domain)
         if not tokenizer.chat_template:
             raise ValueError(f"The tokenizer {tokenizer.name_or_path!r} has no chat template; LLMParaphraser needs an"
                              " instruct model's tokenizer (or set tokenizer.chat_template).")
@@ -90,11 +118,13 @@ class LLMParaphraser(Paraphraser):
         return model_identity(self.model, self.tokenizer)
 
     def settings(self) -> dict[str, Any]:
-        """Domain, prompt, sampling settings and the identity of the model and tokenizer."""
+        """Domain, prompt, chat template, sampling and generation settings, device, and the model and tokenizer."""
+        generation = self.model.generation_config.to_json_string(use_diff=True, ignore_metadata=True)
         return {
             "domain": self.domain, "messages": build_messages("{text}", self.domain),
-            "max_new_tokens": self.max_new_tokens, "temperature": self.temperature, "top_p": self.top_p,
-            **self._identity,
+            "chat_template": self.tokenizer.chat_template, "max_new_tokens": self.max_new_tokens,
+            "temperature": self.temperature, "top_p": self.top_p, "generation_config": json.loads(generation),
+            "device": self.model.device.type, **self._identity,
         }
 
     def rewrite(self, text: str, *, seed: int) -> str:
@@ -115,7 +145,7 @@ class LLMParaphraser(Paraphraser):
                 output = self.model.generate(
                     **inputs, max_new_tokens=budget, pad_token_id=self.tokenizer.pad_token_id, **sampling
                 )
-        return clean_reply(self.tokenizer.decode(output[0, prompt_length:], skip_special_tokens=True))
+        return clean_reply(self.tokenizer.decode(output[0, prompt_length:], skip_special_tokens=True), self.domain)
 
     def _new_token_budget(self, text: str, prompt_length: int) -> int:
         """`max_new_tokens` (default: twice the text's tokens + 32), within what the model's context leaves."""

@@ -86,22 +86,25 @@ def obfuscate(
     for index, text in enumerate(tqdm(list(texts), desc=f"paraphrasing ({paraphraser.name})", leave=False)):
         if not isinstance(text, str):
             raise TypeError(f"Text {index} is a {type(text).__name__}, not a str; pass the texts as strings.")
-        key = None
+        key = record = None
         if cache is not None:
             key = ParaphraseCache.key(
                 paraphraser=paraphraser.name, settings=settings, prefix_keep_ratio=prefix_keep_ratio, mode=mode,
                 seed=seed, min_similarity=min_similarity, max_length_ratio=max_length_ratio, retries=retries,
                 text=text,
             )
-            if (record := cache.get(key)) is not None:
-                results.append(ObfuscationResult(**record))
-                continue
-        result = _obfuscate_one(
-            index, text, paraphraser, prefix_keep_ratio=prefix_keep_ratio, mode=mode, seed=seed,
-            min_similarity=min_similarity, max_length_ratio=max_length_ratio, retries=retries,
-        )
-        if cache is not None:
-            cache.put(key, asdict(result))
+            record = cache.get(key)
+        if record is not None:
+            result = ObfuscationResult(**record)
+        else:
+            result = _obfuscate_one(
+                index, text, paraphraser, prefix_keep_ratio=prefix_keep_ratio, mode=mode, seed=seed,
+                min_similarity=min_similarity, max_length_ratio=max_length_ratio, retries=retries,
+            )
+            if cache is not None:
+                cache.put(key, asdict(result))
+        if result.fallback:  # on cache hits too: a fallback is never silent
+            logger.warning("Text %d: %s.", index, result.reason)
         results.append(result)
     return results
 
@@ -114,8 +117,7 @@ def _obfuscate_one(
     prefix, suffix = split_prefix(text, prefix_keep_ratio)
     head = prefix if mode == "prefix+rewrite" else ""
     if not words(suffix):
-        reason = "nothing to rewrite (the text has no words after the kept prefix)"
-        logger.warning("Text %d kept as is: %s.", index, reason)
+        reason = "nothing to rewrite (the text has no words after the kept prefix); kept the text as is"
         return ObfuscationResult(head + suffix.strip(), text, 0, True, reason)
     rejections, usable = [], None
     for attempt in range(retries + 1):
@@ -130,7 +132,6 @@ def _obfuscate_one(
             usable = candidate
     kept = "the last non-empty changed candidate" if usable is not None else "the original text"
     reason = f"all {retries + 1} rewrites rejected ({'; '.join(rejections)}); kept {kept}"
-    logger.warning("Text %d: %s.", index, reason)
     return ObfuscationResult(head + (usable if usable is not None else suffix.strip()), text, retries + 1, True, reason)
 
 
