@@ -74,6 +74,7 @@ class DPSettings:
     delta: float | None = None  # None: min(1e-5, 1/N^1.1) for N training sequences
     max_grad_norm: float = 1.0  # C, the bound on each sequence's gradient norm
     physical_batch_size: int | None = None  # sequences per forward pass; None: the whole logical batch
+    seed: int | None = None  # reproducible experiments only: batches and noise become recomputable; None: OS entropy
 
 
 @dataclass
@@ -194,7 +195,8 @@ def run_training(config: RunConfig, *, split: MembershipSplit | None = None,
                             max_grad_norm=0.0 if private else 1.0)  # DP clips per sequence instead
     if private:
         make_private(trainer, target_epsilon=config.dp.target_epsilon, target_delta=config.dp.delta,
-                     max_grad_norm=config.dp.max_grad_norm, physical_batch_size=config.dp.physical_batch_size)
+                     max_grad_norm=config.dp.max_grad_norm, physical_batch_size=config.dp.physical_batch_size,
+                     dp_seed=config.dp.seed)
     start = time.perf_counter()
     trainer.train()
     train_seconds = time.perf_counter() - start - audit_callback.seconds

@@ -1,18 +1,22 @@
-"""DP-LoRA: per-sample gradients, chunking, frozen base, accounting, empty batches, resume, refusals."""
+"""DP-LoRA: per-sample gradients, chunking, frozen base, accounting, empty batches, resume, secret randomness,
+duplicates, refusals."""
 
 from __future__ import annotations
 
 import copy
+import math
 import os
 import warnings
 
+import opacus.optimizers.optimizer
 import pytest
 import torch
 from peft import LoraConfig, get_peft_model
 from transformers import DataCollatorForLanguageModeling, Trainer, TrainerCallback, TrainingArguments
 
-from privft.dp import DPConfigError, DPLoraEngine, default_delta, make_private, sequence_losses
+from privft.dp import DPConfigError, DPLoraEngine, default_delta, group_privacy, make_private, sequence_losses
 from privft.dp.callback import STATE_FILE
+from privft.dp.engine import NOISE, SAMPLING
 from privft.training import LoraSettings, tokenize_for_training
 
 LORA = LoraSettings(rank=4, alpha=8, targets=("q_proj", "v_proj", "down_proj"))
@@ -91,7 +95,7 @@ def test_chunked_logical_batch_gives_the_unchunked_update(lora_model, tokenizer,
         model = copy.deepcopy(lora_model)
         before = _lora_state(model)
         trainer = make_private(_trainer(model, tokenizer, dataset, tmp_path, optim="sgd", logging_steps=4),
-                               target_epsilon=8.0, physical_batch_size=chunk)  # batches of 0-16 sequences
+                               target_epsilon=8.0, physical_batch_size=chunk, dp_seed=0)  # same draws twice
         trainer.add_callback(_NoNoise(trainer))
         trainer.train()
         updates.append(torch.cat([(p.detach() - before[n]).flatten() for n, p in model.named_parameters()
@@ -137,7 +141,7 @@ def test_empty_poisson_batches_are_noise_only_steps(lora_model, tokenizer, datas
                        logging_steps=12)
     trainer.data_collator = lambda samples: sizes.append(len(samples)) or collate(samples)
     lora = _lora_state(lora_model)
-    make_private(trainer, target_epsilon=8.0)
+    make_private(trainer, target_epsilon=8.0, dp_seed=0)  # a seed whose 12 draws include empty ones
     trainer.train()
     assert trainer.dp.noised_steps == 12
     assert len(sizes) < 12  # q = 1/48: some of the 12 draws were empty, and still took a noised step
@@ -160,6 +164,125 @@ def test_resume_restores_the_accountant_and_keeps_epsilon(private_run, tokenizer
     os.remove(os.path.join(out, "checkpoint-2", STATE_FILE))
     with pytest.raises(DPConfigError, match="under-report"):
         resume()
+
+
+def _row_index(dataset, collate, draws: list):
+    """A collator that also records each draw as the sorted row indices of its sequences."""
+    rows = {tuple(ids): i for i, ids in enumerate(dataset["input_ids"])}
+    assert len(rows) == len(dataset)  # the rows identify the draws only if none repeats
+    return lambda samples: draws.append(sorted(rows[tuple(s["input_ids"])] for s in samples)) or collate(samples)
+
+
+def test_resumed_epoch_draws_new_batches(lora_model, tokenizer, dataset, tmp_path):
+    small = dataset.select(range(12))  # batch 4: 3 draws per epoch, 2 epochs, a checkpoint at the epoch boundary
+    collate = DataCollatorForLanguageModeling(tokenizer, mlm=False)
+
+    def run(resume=None) -> list:
+        draws = []
+        trainer = _trainer(copy.deepcopy(lora_model), tokenizer, small, tmp_path, max_steps=-1, num_train_epochs=2,
+                           per_device_train_batch_size=4, save_strategy="steps", save_steps=3, logging_steps=3)
+        trainer.data_collator = _row_index(small, collate, draws)
+        make_private(trainer, target_epsilon=8.0, dp_seed=0)  # the same seed both times: the old replay case
+        trainer.train(resume_from_checkpoint=resume)
+        assert trainer.dp.noised_steps == 6
+        return draws
+
+    straight = run()
+    resumed = run(os.path.join(tmp_path, "checkpoint-3"))
+    first_epoch = straight[:len(resumed)]
+    assert len(resumed) >= 2 and resumed != first_epoch  # epoch 1 continues the stream; it does not redraw epoch 0
+
+
+def _box_muller_uniforms(z: torch.Tensor) -> torch.Tensor:
+    """The uniforms that torch's CPU normal sampler (normal_fill_16) turned into the standard normals `z`."""
+    pairs = z.double()[:len(z) // 16 * 16].view(-1, 2, 8)  # per 16 values: r·cos(2πu₂) (8), r·sin(2πu₂) (8)
+    a, b = pairs[:, 0], pairs[:, 1]
+    u1 = 1 - torch.exp(-(a * a + b * b) / 2)  # r = sqrt(-2 log(1 - u₁))
+    u2 = torch.atan2(b, a) / (2 * math.pi) % 1.0
+    return torch.stack([u1, u2], dim=1).flatten()
+
+
+def _drawn_from(z: torch.Tensor, stream: torch.Tensor) -> bool:
+    """Whether 64 consecutive uniforms behind the normals `z` appear, in order, anywhere in `stream`."""
+    words = _box_muller_uniforms(z)[:64]
+    windows = stream.double().unfold(0, len(words), 1)  # (positions, 64)
+    return bool(((windows - words).abs().max(dim=1).values < 1e-5).any())
+
+
+def test_noise_is_not_drawn_from_the_sampler_or_the_public_seed(lora_model, tokenizer, dataset, tmp_path,
+                                                                  monkeypatch):
+    shared = torch.Generator().manual_seed(7)  # control: batches and noise from one stream, as before the fix
+    mask_uniforms = torch.rand(4096, generator=torch.Generator().manual_seed(7))
+    torch.rand(48, generator=shared)
+    assert _drawn_from(torch.normal(0.0, 1.0, (256,), generator=shared), mask_uniforms)
+
+    trainer = make_private(_trainer(lora_model, tokenizer, dataset, tmp_path, max_steps=1), target_epsilon=8.0)
+    starts, noise = {}, []
+    make_generator, generate_noise = trainer.dp.generator, opacus.optimizers.optimizer._generate_noise
+
+    def recorded_generator(stream, device="cpu"):
+        generator = make_generator(stream, device)
+        starts[stream] = generator.get_state()
+        return generator
+
+    def recorded_noise(std, reference, **kwargs):
+        drawn = generate_noise(std, reference, **kwargs)
+        noise.append(drawn.flatten() / std)
+        return drawn
+
+    monkeypatch.setattr(trainer.dp, "generator", recorded_generator)
+    monkeypatch.setattr(opacus.optimizers.optimizer, "_generate_noise", recorded_noise)
+    trainer.train()
+    sampler_uniforms = torch.rand(4096, generator=torch.Generator().set_state(starts[SAMPLING]))
+    public_seed_uniforms = torch.rand(4096, generator=torch.Generator().manual_seed(trainer.args.seed))
+    assert noise and len(noise[0]) >= 80
+    assert not _drawn_from(noise[0], sampler_uniforms)
+    assert not _drawn_from(noise[0], public_seed_uniforms)
+    assert len(starts) == 2 and not torch.equal(starts[SAMPLING], starts[NOISE])
+    assert trainer.dp.summary()["randomness"] == "os_entropy"
+    assert DPLoraEngine(target_epsilon=1.0).generator(NOISE).initial_seed() != \
+        DPLoraEngine(target_epsilon=1.0).generator(NOISE).initial_seed()  # fresh OS entropy each time
+
+
+def test_group_privacy_bound():
+    assert group_privacy(1.0, 1e-5, 1) == (1.0, 1e-5)
+    assert group_privacy(1.0, 1e-5, 5) == pytest.approx((5.0, 5 * math.exp(4) * 1e-5))
+    assert group_privacy(8.0, 1e-5, 1000) == (8000.0, 1.0)  # vacuous, and no overflow
+
+
+def test_repeated_sequences_warn_and_report_group_privacy(lora_model, tokenizer, dataset, tmp_path):
+    repeated = dataset.select([*range(44), 0, 0, 0, 1])  # row 0 four times, row 1 twice; N = 48
+    trainer = make_private(_trainer(lora_model, tokenizer, repeated, tmp_path), target_epsilon=8.0)
+    with pytest.warns(UserWarning, match=r"2 distinct training sequence\(s\) occur more than once, one of them "
+                                         r"k = 4 times.*ε = 32, δ = 1 at the target ε = 8"):
+        trainer.get_train_dataloader()
+    summary = trainer.dp.summary()
+    assert (summary["max_multiplicity"], summary["repeated_texts"]) == (4, 2)
+    assert (summary["group_epsilon"], summary["group_delta"]) == group_privacy(summary["epsilon"],
+                                                                               summary["delta"], 4)
+
+
+def test_unique_sequences_report_the_per_sequence_guarantee(private_run):
+    summary = private_run[2].dp.summary()
+    assert summary["max_multiplicity"] == 1 and summary["repeated_texts"] == 0
+    assert (summary["group_epsilon"], summary["group_delta"]) == (summary["epsilon"], summary["delta"])
+
+
+def test_rows_without_token_ids_are_refused(lora_model, tokenizer, tmp_path):
+    texts = [{"text": f"row {i}"} for i in range(48)]
+    trainer = make_private(_trainer(lora_model, tokenizer, texts, tmp_path), target_epsilon=8.0)
+    with pytest.raises(DPConfigError, match="input_ids"):
+        trainer.get_train_dataloader()
+
+
+def test_delta_not_below_one_over_n_warns():
+    engine = DPLoraEngine(target_epsilon=8.0, target_delta=0.05)
+    with pytest.warns(UserWarning, match=r"target_delta=0\.05 is not below 1/N = 0\.0208333 for the N = 48 .*"
+                                         r"min\(1e-5, 1/N\^1\.1\) = 1e-05"):
+        engine.calibrate(48, 8, 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        DPLoraEngine(target_epsilon=8.0).calibrate(48, 8, 4)
 
 
 def test_sft_trainer_trains_privately(lora_model, tokenizer, dataset, tmp_path):

@@ -4,10 +4,11 @@
     make_private(trainer, target_epsilon=8.0)
     trainer.train()   # logs dp/epsilon at every log step
 
-The privacy unit is one training sequence (one row of the training dataset).
+The privacy unit is one training sequence (one row of the training dataset); a text present in k
+rows is protected only at group level k (`group_privacy`), and training warns about it.
 """
 
-from privft.dp.accounting import Calibration, calibrate, default_delta, epsilon_rdp, epsilon_spent
+from privft.dp.accounting import Calibration, calibrate, default_delta, epsilon_rdp, epsilon_spent, group_privacy
 from privft.dp.callback import DPLoraCallback
 from privft.dp.checks import DPConfigError, check_trainer, privacy_problems
 from privft.dp.engine import PRIVACY_UNIT, DPLoraEngine
@@ -16,6 +17,6 @@ from privft.dp.trainer import DPLoraTrainerMixin, make_private
 
 __all__ = [
     "PRIVACY_UNIT", "Calibration", "DPConfigError", "DPLoraCallback", "DPLoraEngine", "DPLoraTrainerMixin",
-    "calibrate", "check_trainer", "default_delta", "epsilon_rdp", "epsilon_spent", "make_private", "privacy_problems",
-    "sequence_losses",
+    "calibrate", "check_trainer", "default_delta", "epsilon_rdp", "epsilon_spent", "group_privacy", "make_private",
+    "privacy_problems", "sequence_losses",
 ]

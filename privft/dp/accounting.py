@@ -34,6 +34,15 @@ def default_delta(n_examples: int) -> float:
     return min(1e-5, 1.0 / n_examples ** 1.1)
 
 
+def group_privacy(epsilon: float, delta: float, k: int) -> tuple[float, float]:
+    """(kε, k·e^((k−1)ε)·δ), δ capped at 1: the guarantee of a text that fills k training sequences (group privacy)."""
+    if k < 1:
+        raise ValueError(f"k={k} must be a positive number of copies.")
+    if math.log(k) + (k - 1) * epsilon + math.log(delta) >= 0:  # vacuous; checked in logs, as e^((k−1)ε) overflows
+        return k * epsilon, 1.0
+    return k * epsilon, k * math.exp((k - 1) * epsilon) * delta
+
+
 @dataclass(frozen=True)
 class Calibration:
     """The DP-SGD settings that yield (target_epsilon, delta) after `steps` noised steps at `sample_rate`."""

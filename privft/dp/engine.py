@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import math
+import warnings
+from collections import Counter
+from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
 import torch
 from opacus.accountants import PRVAccountant
 from opacus.grad_sample import prepare_module
 from opacus.optimizers import DPOptimizer
 
-from privft.dp.accounting import Calibration, calibrate, default_delta, epsilon_rdp, epsilon_spent
+from privft.dp.accounting import Calibration, calibrate, default_delta, epsilon_rdp, epsilon_spent, group_privacy
 from privft.dp.checks import DPConfigError
 
 PRIVACY_UNIT = "one training sequence"
+SAMPLING, NOISE = 0, 1  # the two random streams: Poisson batch masks and Gaussian noise, never the same generator
 
 
 class DPLoraEngine:
@@ -22,10 +27,16 @@ class DPLoraEngine:
     `max_grad_norm` (C) bounds each sequence's gradient; the logical batch size L is the Trainer's
     `per_device_train_batch_size`, the expected size of a Poisson batch; `physical_batch_size`
     (P, default L) bounds how many sequences go through one forward pass.
+
+    The Poisson sampler and the noise each get their own torch.Generator, seeded from fresh OS
+    entropy, never from the Trainer's public `seed`, and the seeds are kept nowhere. `dp_seed`
+    derives them from a fixed number instead, for tests and reproducibility only: whoever knows it
+    can recompute the batches and the noise, which voids the guarantee's assumption that both are
+    secret (the assumption opacus' `secure_mode` strengthens with a cryptographic generator).
     """
 
     def __init__(self, *, target_epsilon: float, target_delta: float | None = None, max_grad_norm: float = 1.0,
-                 physical_batch_size: int | None = None) -> None:
+                 physical_batch_size: int | None = None, dp_seed: int | None = None) -> None:
         if not target_epsilon > 0 or not math.isfinite(target_epsilon):
             raise ValueError(f"target_epsilon={target_epsilon!r} must be a positive finite number.")
         if target_delta is not None and not 0 < target_delta < 1:
@@ -35,13 +46,18 @@ class DPLoraEngine:
                              "bound C that the noise is scaled to.")
         if physical_batch_size is not None and physical_batch_size < 1:
             raise ValueError(f"physical_batch_size={physical_batch_size!r} must be a positive integer or None.")
+        if dp_seed is not None and dp_seed < 0:
+            raise ValueError(f"dp_seed={dp_seed!r} must be a non-negative integer, or None for fresh OS entropy.")
         self.target_epsilon = float(target_epsilon)
         self.target_delta = target_delta
         self.max_grad_norm = float(max_grad_norm)
         self.physical_batch_size = physical_batch_size
+        self.dp_seed = dp_seed
         self.logical_batch_size: int | None = None
         self.n_examples: int | None = None
         self.calibration: Calibration | None = None
+        self.max_multiplicity: int | None = None  # k: most copies of one training sequence, once counted
+        self.repeated_texts: int | None = None  # distinct training sequences present more than once
         self.accountant = PRVAccountant()
         self.optimizer: DPOptimizer | None = None
         self.hooks: Any = None
@@ -54,12 +70,43 @@ class DPLoraEngine:
                                 f"be smaller than the {n_examples} training sequences for Poisson sampling to "
                                 "amplify privacy.")
         delta = self.target_delta if self.target_delta is not None else default_delta(n_examples)
+        if delta >= 1 / n_examples:
+            warnings.warn(f"target_delta={delta:g} is not below 1/N = {1 / n_examples:g} for the N = {n_examples} "
+                          "training sequences: publishing one random sequence verbatim meets such a δ. Use "
+                          f"target_delta=None for the default min(1e-5, 1/N^1.1) = {default_delta(n_examples):g}.",
+                          stacklevel=2)
         calibration = calibrate(self.target_epsilon, delta, logical_batch_size / n_examples, steps)
         if self.calibration is not None and calibration != self.calibration:
             raise DPConfigError(f"The DP settings changed since calibration ({self.calibration} → {calibration}); "
                                 "start a new run with make_private on a fresh Trainer.")
         self.n_examples, self.logical_batch_size, self.calibration = n_examples, logical_batch_size, calibration
         return calibration
+
+    def count_duplicates(self, rows: Iterable[tuple[int, ...]]) -> None:
+        """Count identical training sequences (token ids); warn when one occurs k > 1 times (group privacy)."""
+        if self.calibration is None:
+            raise RuntimeError("Calibrate before counting duplicates: the warning states the group ε and δ.")
+        counts = Counter(rows)
+        self.max_multiplicity = max(counts.values(), default=1)
+        self.repeated_texts = sum(count > 1 for count in counts.values())
+        if self.max_multiplicity > 1:
+            k = self.max_multiplicity
+            epsilon, delta = group_privacy(self.calibration.target_epsilon, self.calibration.delta, k)
+            warnings.warn(f"{self.repeated_texts} distinct training sequence(s) occur more than once, one of them "
+                          f"k = {k} times. Each copy is a separate privacy unit, so such a text is protected only "
+                          f"as a group of {k}: ε = {epsilon:g}, δ = {delta:.3g} at the target ε = "
+                          f"{self.calibration.target_epsilon:g}, δ = {self.calibration.delta:g}. Deduplicate the "
+                          "training set (or plant each canary once) for the per-sequence guarantee to cover them.",
+                          stacklevel=2)
+
+    def generator(self, stream: int, device: torch.device | str = "cpu") -> torch.Generator:
+        """A generator for `stream` (SAMPLING or NOISE): fresh OS entropy, or derived from `dp_seed`.
+
+        A derived seed also depends on the noised steps already taken, so a run resumed with the
+        same `dp_seed` continues with new draws instead of replaying the first epoch's batches.
+        """
+        seed = np.random.SeedSequence(self.dp_seed, spawn_key=(stream, self.noised_steps))  # None: 128 OS bits
+        return torch.Generator(device=device).manual_seed(int(seed.generate_state(1, np.uint64)[0]))
 
     @property
     def noised_steps(self) -> int:
@@ -85,9 +132,10 @@ class DPLoraEngine:
         """`optimizer` as an opacus DPOptimizer that clips, noises, divides by L and steps the accountant."""
         if self.calibration is None:
             raise RuntimeError("Calibrate before wrapping the optimizer.")
+        device = optimizer.param_groups[0]["params"][0].device  # opacus draws the noise where the parameters are
         self.optimizer = DPOptimizer(optimizer, noise_multiplier=self.calibration.noise_multiplier,
                                      max_grad_norm=self.max_grad_norm, expected_batch_size=self.logical_batch_size,
-                                     loss_reduction="mean")
+                                     loss_reduction="mean", generator=self.generator(NOISE, device))
         self.optimizer.attach_step_hook(self._count_noised_step)
         return self.optimizer
 
@@ -121,13 +169,22 @@ class DPLoraEngine:
         self.accountant.history = [tuple(entry) for entry in state["history"]]
 
     def summary(self) -> dict[str, Any]:
-        """Everything needed to read the guarantee: settings, calibration, noised steps and ε spent."""
-        spent = {}
+        """Everything needed to read the guarantee: settings, calibration, noised steps, ε spent, group level k.
+
+        `group_epsilon`/`group_delta` are the guarantee of a text present `max_multiplicity` times
+        (equal to ε, δ when no training sequence repeats); None until the duplicates are counted.
+        """
+        spent: dict[str, Any] = {}
         if self.calibration:
-            spent = {"epsilon": self.epsilon(), "epsilon_rdp": epsilon_rdp(self.accountant.history,
-                                                                           self.calibration.delta)}
+            epsilon = self.epsilon()
+            group = (group_privacy(epsilon, self.calibration.delta, self.max_multiplicity)
+                     if self.max_multiplicity else (None, None))
+            spent = {"epsilon": epsilon, "epsilon_rdp": epsilon_rdp(self.accountant.history, self.calibration.delta),
+                     "group_epsilon": group[0], "group_delta": group[1]}
         return {**(self.calibration.to_dict() if self.calibration else {}), **spent,
+                "max_multiplicity": self.max_multiplicity, "repeated_texts": self.repeated_texts,
                 "noised_steps": self.noised_steps, "max_grad_norm": self.max_grad_norm,
                 "logical_batch_size": self.logical_batch_size, "physical_batch_size": self.physical_batch_size,
                 "n_examples": self.n_examples, "accountant": "prv", "sampling": "poisson",
-                "privacy_unit": PRIVACY_UNIT, "secure_mode": False}
+                "privacy_unit": PRIVACY_UNIT, "secure_mode": False,
+                "randomness": "os_entropy" if self.dp_seed is None else "explicit_dp_seed (not secret)"}

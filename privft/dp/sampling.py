@@ -28,13 +28,16 @@ def is_empty(batch: dict[str, Any]) -> bool:
 
 
 def poisson_dataloader(dataset: Dataset, collate_fn: Callable[[list], Any], *, sample_rate: float,
-                       steps_per_epoch: int, seed: int, num_workers: int = 0) -> DataLoader:
-    """A loader of `steps_per_epoch` Poisson-sampled batches per epoch; an empty draw yields `empty_batch()`."""
+                       steps_per_epoch: int, generator: torch.Generator, num_workers: int = 0) -> DataLoader:
+    """A loader of `steps_per_epoch` Poisson-sampled batches per epoch; an empty draw yields `empty_batch()`.
+
+    `generator` must be secret and serve nothing else (`DPLoraEngine.generator(SAMPLING)`): the
+    accountant assumes nobody can tell which sequences a batch holds. Epochs continue its stream.
+    """
 
     def collate(samples: list) -> Any:
         return collate_fn(samples) if samples else empty_batch()
 
-    generator = torch.Generator().manual_seed(seed)
     sampler = UniformWithReplacementSampler(num_samples=len(dataset), sample_rate=sample_rate, generator=generator,
                                             steps=steps_per_epoch)
     return DataLoader(dataset, batch_sampler=sampler, collate_fn=collate, num_workers=num_workers)

@@ -14,18 +14,19 @@ import functools
 import json
 import math
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import datasets
 import torch
 from torch import nn
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Dataset
 from transformers import Trainer
 from transformers.trainer_utils import get_last_checkpoint
 
 from privft.dp.callback import STATE_FILE, DPLoraCallback
 from privft.dp.checks import DPConfigError, check_trainer
-from privft.dp.engine import DPLoraEngine
+from privft.dp.engine import SAMPLING, DPLoraEngine
 from privft.dp.loss import sequence_losses
 from privft.dp.sampling import is_empty, poisson_dataloader
 
@@ -64,11 +65,12 @@ class DPLoraTrainerMixin:
         steps = self.args.max_steps if self.args.max_steps > 0 else math.ceil(self.args.num_train_epochs
                                                                                * steps_per_epoch)
         calibration = self.dp.calibrate(n_examples, batch_size, steps)
+        self.dp.count_duplicates(_token_rows(dataset))
         if getattr(self, "_dp_resume_state", None) is not None:
-            self.dp.load_state_dict(self._dp_resume_state)
+            self.dp.load_state_dict(self._dp_resume_state)  # before the generator: its derivation counts steps
             self._dp_resume_state = None
         return poisson_dataloader(dataset, collator, sample_rate=calibration.sample_rate,
-                                  steps_per_epoch=steps_per_epoch, seed=self.args.seed,
+                                  steps_per_epoch=steps_per_epoch, generator=self.dp.generator(SAMPLING),
                                   num_workers=self.args.dataloader_num_workers)
 
     def create_optimizer(self, model: nn.Module | None = None) -> torch.optim.Optimizer:
@@ -114,13 +116,26 @@ class DPLoraTrainerMixin:
         super().log(logs, start_time)
 
 
+def _token_rows(dataset: Dataset) -> Iterator[tuple[int, ...]]:
+    """Each training row's `input_ids` as a tuple, to count identical sequences."""
+    try:
+        column = dataset["input_ids"] if isinstance(dataset, datasets.Dataset) else (
+            dataset[i]["input_ids"] for i in range(len(dataset)))
+        for ids in column:
+            yield tuple(ids.tolist() if isinstance(ids, torch.Tensor) else ids)
+    except (KeyError, TypeError) as error:
+        raise DPConfigError(f"A training row has no 'input_ids' ({error!r}); DP-LoRA counts repeated sequences by "
+                            "their token ids, so tokenize the training set before building the Trainer.") from error
+
+
 @functools.cache
 def _private_class(trainer_class: type[Trainer]) -> type[Trainer]:
     return type(f"DPLora{trainer_class.__name__}", (DPLoraTrainerMixin, trainer_class), {})
 
 
 def make_private(trainer: Trainer, *, target_epsilon: float, target_delta: float | None = None,
-                 max_grad_norm: float = 1.0, physical_batch_size: int | None = None) -> Trainer:
+                 max_grad_norm: float = 1.0, physical_batch_size: int | None = None,
+                 dp_seed: int | None = None) -> Trainer:
     """Make `trainer` (a Trainer or SFTTrainer on a peft LoRA model) train with DP-SGD; returns it.
 
     target_epsilon: ε after the whole run (PRV accountant), for δ = `target_delta` (default
@@ -131,6 +146,13 @@ def make_private(trainer: Trainer, *, target_epsilon: float, target_delta: float
         `max_grad_norm` must be 0).
     physical_batch_size: at most this many sequences per forward pass (default: the whole
         logical batch); it changes memory, not the result.
+    dp_seed: for tests and reproducibility only. By default the batch sampler and the noise each
+        draw a seed from OS entropy (never the Trainer's public `seed`) that is kept nowhere; a
+        `dp_seed` makes both recomputable by whoever knows it, which voids the guarantee's
+        assumption that they are secret (what opacus' `secure_mode` would harden).
+
+    Warns when δ ≥ 1/N, and when a training sequence occurs k > 1 times (it is then protected
+    only at group level k; `trainer.dp.summary()` gives `group_epsilon` and `group_delta`).
 
     Refuses set-ups that break the guarantee (packing, padding-free batches, non-reentrant
     gradient checkpointing, DoRA, LoRA on embeddings, fp16, HF gradient clipping, gradient
@@ -140,7 +162,7 @@ def make_private(trainer: Trainer, *, target_epsilon: float, target_delta: float
         raise ValueError("This trainer is already private; call make_private once per Trainer.")
     check_trainer(trainer)
     engine = DPLoraEngine(target_epsilon=target_epsilon, target_delta=target_delta, max_grad_norm=max_grad_norm,
-                          physical_batch_size=physical_batch_size)
+                          physical_batch_size=physical_batch_size, dp_seed=dp_seed)
     trainer.__class__ = _private_class(type(trainer))
     trainer.dp = engine
     trainer.add_callback(DPLoraCallback(engine))

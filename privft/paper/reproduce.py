@@ -142,7 +142,8 @@ def run_config(scale: PaperScale, domain: str, method: str, out: Path) -> RunCon
         output_dir=str(out / "training"))
     soft = (SoftSettings(rule="paper", paraphraser_options={"fraction": SOFT_FRACTION}) if method == "soft"
             else SoftSettings())
-    dp = DPSettings(target_epsilon=DP_METHODS[method]) if method in DP_METHODS else DPSettings()
+    # A fixed DP seed keeps the table reproducible; a real release would leave it None (secret OS entropy).
+    dp = DPSettings(target_epsilon=DP_METHODS[method], seed=scale.seed) if method in DP_METHODS else DPSettings()
     # privft's own end-of-training audit stays light; it fills the statistics cache the paper audit reads.
     light_audit = replace(audit_config(scale), attacks=("loss",), n_bootstrap=100)
     return RunConfig(model=scale.model, training=training, soft=soft, dp=dp, audit=light_audit,
