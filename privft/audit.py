@@ -47,8 +47,16 @@ class AuditConfig:
     ensemble_fit_fraction: float = 0.3  # share of the split whose labels the Ensemble attacker holds and fits on
 
     def __post_init__(self) -> None:
+        """Refuse settings the audit would only trip over after training and scoring."""
         for name in self.attacks or ():
             get_attack(name)  # an unknown name fails here, before any forward pass
+        if not self.max_fprs or not all(0 < f <= 1 for f in self.max_fprs):
+            raise ValueError(f"max_fprs={self.max_fprs} must hold at least one FPR ceiling, each in (0, 1], "
+                             "e.g. (0.01, 0.001).")
+        for name, least in (("n_bootstrap", 1), ("batch_size", 1), ("max_length", 2), ("stride", 1)):
+            value = getattr(self, name)
+            if value is not None and value < least:
+                raise ValueError(f"{name}={value} must be at least {least}.")
         if not 0 < self.min_k_fraction <= 1:
             raise ValueError(f"min_k_fraction={self.min_k_fraction} must be in (0, 1].")
         if not 0 < self.ensemble_fit_fraction < 1:

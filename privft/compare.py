@@ -122,15 +122,21 @@ def _attack_summary(metrics: AttackMetrics) -> dict[str, Any]:
 
 
 def _mean_summary(attacks: dict[str, AttackMetrics]) -> dict[str, Any]:
-    """Mean AUC and mean TPR (with the mean true-positive count) over attacks; None where one is not estimable."""
+    """Mean AUC and mean TPR over attacks; None where one is not estimable.
+
+    The mean true-positive count is given only when every attack scored the same members (the
+    Ensemble, or a text without neighbours, leaves some out); otherwise it and `n_members` are None.
+    """
     metrics = list(attacks.values())
     tprs = []
     for i, first in enumerate(metrics[0].tpr_at_fpr):
         results = [m.tpr_at_fpr[i] for m in metrics]
         known = all(r.tpr is not None for r in results)
-        tprs.append({"max_fpr": first.max_fpr, "n_members": first.n_members,
+        common = len({r.n_members for r in results}) == 1
+        tprs.append({"max_fpr": first.max_fpr, "n_members": first.n_members if common else None,
                      "tpr": sum(r.tpr for r in results) / len(results) if known else None,
-                     "true_positives": sum(r.true_positives for r in results) / len(results) if known else None})
+                     "true_positives": (sum(r.true_positives for r in results) / len(results)
+                                        if known and common else None)})
     return {"auc": sum(m.auc.auc for m in metrics) / len(metrics), "tpr": tprs}
 
 
@@ -227,6 +233,8 @@ def run_compare(config: CompareConfig) -> Comparison:
 def _rate(tpr: dict[str, Any], mean: bool = False) -> str:
     if tpr["tpr"] is None:
         return "not estimable"
+    if tpr["n_members"] is None:
+        return f"{tpr['tpr']:.3f} (attacks scored different members)"
     count = f"{tpr['true_positives']:.1f}" if mean else f"{tpr['true_positives']}"
     return f"{tpr['tpr']:.3f} ({'mean ' if mean else ''}{count}/{tpr['n_members']})"
 
@@ -260,7 +268,8 @@ def comparison_table(comparison: Comparison) -> str:
                   "ceiling on the evaluated non-members; the strongest attack is picked after the fact, which "
                   "flatters it; mean cells average rate and count over the attacks. ε is the PRV bound spent by "
                   "DP-LoRA (∞: no DP guarantee). × LoRA: training time over plain LoRA at the base rank (audits "
-                  f"excluded). {NO_TRAINING}: validation perplexity not at least {MIN_PERPLEXITY_GAIN:.0%} below the "
+                  "excluded, and so is SOFT's paraphrasing, done once before training and cached). "
+                  f"{NO_TRAINING}: validation perplexity not at least {MIN_PERPLEXITY_GAIN:.0%} below the "
                   "pretrained model's."]
     return "\n".join(lines) + "\n"
 

@@ -14,13 +14,17 @@ from transformers import TrainerCallback
 from privft.audit import AuditConfig
 from privft.callbacks.audit import PrivacyAuditCallback, write_model_card_section
 from privft.callbacks.canary import CanaryCallback
-from privft.config import to_dict
+from privft.callbacks.soft import RULES
+from privft.config import from_dict, to_dict
 from privft.data import MembershipSplit, load_corpus, load_texts
 from privft.data.canaries import CanaryPlan
+from privft.defend.selection import check_select_ratio
 from privft.dp import make_private
 from privft.io import atomic_write_text
 from privft.models import DEFAULT_MODEL, cache_dir, hub_lookups_skipped, load_model
 from privft.paraphrase import ParaphraseCache, build_paraphraser, obfuscate
+from privft.paraphrase.obfuscate import MODES
+from privft.paraphrase.registry import PARAPHRASERS
 from privft.report import AuditReport, package_versions
 from privft.training import FinetuneSettings, build_trainer, tokenize_for_training
 
@@ -64,6 +68,24 @@ class SoftSettings:
     paraphraser_options: dict[str, Any] = field(default_factory=dict)  # e.g. {"fraction": 0.5} for neighbour
     prefix_keep_ratio: float = 0.5
     mode: str = "prefix+rewrite"  # or "rewrite-only", as the released code trained
+
+    def __post_init__(self) -> None:
+        """Check the settings now, not after every training text has been paraphrased."""
+        if self.rule is not None and self.rule not in RULES:
+            raise ValueError(f"soft.rule={self.rule!r} is not one of {RULES}; or null for no SOFT.")
+        if self.select_ratio is not None:
+            if self.rule == "paper":
+                raise ValueError("soft.select_ratio applies to rule 'release' only; the paper rule selects the "
+                                 "samples below the mean validation loss.")
+            check_select_ratio(self.select_ratio)
+        if self.warmup_epochs is not None and self.warmup_epochs < 0:
+            raise ValueError(f"soft.warmup_epochs={self.warmup_epochs} must be at least 0.")
+        if self.paraphraser not in PARAPHRASERS:
+            raise ValueError(f"soft.paraphraser={self.paraphraser!r} is not one of {sorted(PARAPHRASERS)}.")
+        if self.mode not in MODES:
+            raise ValueError(f"soft.mode={self.mode!r} is not one of {MODES}.")
+        if not 0 <= self.prefix_keep_ratio < 1:
+            raise ValueError(f"soft.prefix_keep_ratio={self.prefix_keep_ratio} must be in [0, 1).")
 
 
 @dataclass
@@ -144,6 +166,23 @@ def _obfuscations(config: RunConfig, texts: list[str], out: Path) -> list[str]:
     return [r.text for r in results]
 
 
+def check_output_dir(out: Path, config: RunConfig) -> None:
+    """Refuse a folder holding another run, whose model and reports would end up beside this run's split.
+
+    The same config (read with today's defaults for fields added since) may re-run in place.
+    """
+    manifest = out / "manifest.json"
+    if not manifest.exists():
+        return
+    try:
+        previous = from_dict(RunConfig, json.loads(manifest.read_text(encoding="utf-8"))["config"])
+    except (ValueError, KeyError, TypeError):  # unreadable, or from a config this version no longer knows
+        previous = None
+    if previous != config:
+        raise ValueError(f"{out} holds another run ({manifest} records a different config); set another "
+                         f"training.output_dir, or delete {out} to replace that run.")
+
+
 def run_training(config: RunConfig, *, split: MembershipSplit | None = None,
                  extra_callbacks: Sequence[TrainerCallback] = ()) -> RunResult:
     """Run the configured fine-tune with its callbacks and return the final audit.
@@ -154,17 +193,18 @@ def run_training(config: RunConfig, *, split: MembershipSplit | None = None,
     from privft.defend.soft import prepare_soft
 
     out = Path(config.training.output_dir)
+    check_output_dir(out, config)
     split = split or load_split(config.data)
-    split.save(out / "split.json")
     plan = _canary_plan(config.canaries, config.data.seed)
     train_texts = list(split.members)
     if plan is not None:
         plan.check_absent(split.non_members, split.validation)
         train_texts = plan.insert(train_texts)
+    model, tokenizer = load_model(config.model)  # before anything is written: a bad model name changes no file
+    split.save(out / "split.json")
     atomic_write_text(out / "manifest.json", json.dumps({
         "config": to_dict(config), "versions": package_versions(), "split": "split.json",
         "canaries": plan.to_dict() if plan else None}, indent=1))
-    model, tokenizer = load_model(config.model)
 
     callbacks: list[TrainerCallback] = []
     canary_callback = CanaryCallback(plan, tokenizer) if plan else None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import csv
 import json
+import unicodedata
 import warnings
 from pathlib import Path
 
@@ -54,6 +55,9 @@ def test_load_jsonl_skips_blank_lines(tmp_path: Path) -> None:
     path = _write_jsonl(tmp_path / "d.jsonl", [{"text": t, "id": i} for i, t in enumerate(TEXTS)])
     path.write_text(path.read_text(encoding="utf-8") + "\n  \n", encoding="utf-8")
     assert load_texts(path) == TEXTS
+    separators = tmp_path / "separators.jsonl"  # raw U+2028/U+2029 inside a JSON string are text, not line ends
+    separators.write_text(json.dumps({"text": "one\u2028two\u2029three"}, ensure_ascii=False) + "\n", encoding="utf-8")
+    assert load_texts(separators) == ["one\u2028two\u2029three"]
 
 
 def test_load_json_list_of_objects_and_of_strings(tmp_path: Path) -> None:
@@ -258,8 +262,8 @@ def test_random_split_is_seeded_disjoint_and_sized(pool: list[str]) -> None:
 
 
 def test_random_split_draws_distinct_texts_and_names_shortfall(pool: list[str]) -> None:
-    split = MembershipSplit.random(pool[:3] * 2, n_members=2, n_non_members=1)
-    assert sorted(split.members + split.non_members) == sorted(pool[:3])
+    split = MembershipSplit.random(pool[:4] * 2, n_members=2, n_non_members=2)
+    assert sorted(split.members + split.non_members) == sorted(pool[:4])
     shortfall = r"asked for 200 members \+ 90 non_members \+ 20 validation = 310 .*only 300"
     with pytest.raises(DataError, match=shortfall):
         MembershipSplit.random(pool, n_members=200, n_non_members=90, n_validation=20)
@@ -272,17 +276,27 @@ def test_from_texts_and_constructor_validate_every_side(pool: list[str]) -> None
     assert split.seed is None and split.validation == [pool[5]]
     with pytest.raises(DataError, match=r"'mine' split, non_members: no texts"):
         MembershipSplit.from_texts(pool[:3], [], source="mine")
+    with pytest.raises(DataError, match=r"non_members: 1 texts; a membership split needs at least 2"):
+        MembershipSplit.from_texts(pool[:3], pool[3:4])  # the audit after training would fail on it
     with pytest.raises(DataError, match=r"'custom' split, validation, row 0: the text is empty"):
         MembershipSplit(pool[:2], pool[2:4], [" "])
     with pytest.raises(DataError, match=r"non_members, row 1: expected a string, got int"):
         MembershipSplit(pool[:2], [pool[3], 5])
 
 
-def test_exact_duplicates_across_sides_are_an_error(pool: list[str]) -> None:
-    repeated = r"2 text\(s\) appear on more than one side, e\.g\. members\[1\] == non_members\[0\]"
+def test_exact_duplicates_across_or_within_sides_are_an_error(pool: list[str]) -> None:
+    repeated = r"2 text\(s\) repeat an earlier one, e\.g\. members\[1\] and non_members\[0\] .* on more than one side"
     with pytest.raises(DataError, match=repeated) as err:
         MembershipSplit.from_texts(pool[:3], [pool[1], pool[4]], [pool[2]])
     assert "..." in str(err.value)  # the example text is truncated
+    with pytest.raises(DataError, match=r"non_members\[0\] and non_members\[1\] .* twice on one side"):
+        MembershipSplit.from_texts(pool[:3], [pool[4], pool[4]])  # a repeated non-member would count twice
+    accented = "Café society " + pool[5]
+    decomposed = unicodedata.normalize("NFD", accented).replace(" ", "  ", 1)  # same text, other form and spacing
+    assert decomposed != accented
+    with pytest.raises(DataError, match="on more than one side"):
+        MembershipSplit.from_texts([accented, pool[6]], [decomposed, pool[7]])
+    assert len(MembershipSplit.random([accented, decomposed, *pool[:4]], n_members=3, n_non_members=2).members) == 3
 
 
 def test_near_duplicates_are_warned_and_recorded(pool: list[str]) -> None:
@@ -298,17 +312,17 @@ def test_near_duplicates_are_warned_and_recorded(pool: list[str]) -> None:
     assert overlap == pytest.approx(47 / 48)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        strict = MembershipSplit.from_texts([member], [edited], near_duplicate_threshold=1.0)
+        strict = MembershipSplit.from_texts([member, pool[5]], [edited, pool[1]], near_duplicate_threshold=1.0)
         MembershipSplit.from_texts(pool[:50], pool[50:100])
     assert strict.near_duplicates == []
 
 
 def test_short_texts_use_the_whole_word_sequence(pool: list[str]) -> None:
     with pytest.warns(NearDuplicateWarning, match=r"validation\[0\]~members\[0\] \(100%\)"):
-        split = MembershipSplit.from_texts(["Hello, World!"], pool[:1], ["hello world"])
+        split = MembershipSplit.from_texts(["Hello, World!", pool[1]], pool[2:4], ["hello world"])
     assert [d.side for d in split.near_duplicates] == ["validation"]
     with pytest.raises(DataError, match=r"near_duplicate_threshold=0 is outside"):
-        MembershipSplit.from_texts(["a"], ["b"], near_duplicate_threshold=0)
+        MembershipSplit.from_texts(["a", "b"], ["c", "d"], near_duplicate_threshold=0)
 
 
 def test_labels_and_texts_excludes_validation(pool: list[str]) -> None:

@@ -129,6 +129,7 @@ def test_lora_moves_base_stays_bit_identical_and_epsilon_stays_within_target(pri
     assert dp.epsilon() <= 8.0
     logged = [e["dp/epsilon"] for e in trainer.state.log_history if "dp/epsilon" in e]
     assert len(logged) >= 4 and logged == sorted(logged) and logged[-1] <= 8.0
+    assert not any("grad_norm" in entry for entry in trainer.state.log_history)  # the raw gradient's norm is private
     assert not hasattr(next(p for p in params.values() if p.requires_grad), "grad_sample")  # hooks removed
     with pytest.raises(RuntimeError, match="noised steps"):
         trainer.training_step(trainer.model, trainer.data_collator([dataset[0]]))

@@ -65,9 +65,9 @@ def _load_file(path: Path, text_column: str) -> list[str]:
 
 
 def _read_jsonl(path: Path, text_column: str) -> list[str]:
-    """Read one JSON object (or string) per non-blank line."""
+    """Read one JSON object (or string) per non-blank line (lines end at \\n; U+2028 inside a string is text)."""
     texts: list[str] = []
-    for line_no, line in enumerate(_decode(path).splitlines(), start=1):
+    for line_no, line in enumerate(_decode(path).split("\n"), start=1):
         if not line.strip():
             continue
         try:

@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import sys
+import unicodedata
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -27,9 +28,15 @@ from privft.io import atomic_write_text
 MANIFEST_FORMAT = "privft.membership-split"
 MANIFEST_VERSION = 1
 SIDES = ("members", "non_members", "validation")
+MIN_PER_SIDE = 2  # members and non-members each: fewer leaves the AUC or the blind baseline undefined
 ID_PREFIXES = {"members": "member", "non_members": "non-member", "validation": "validation"}
 SHOWN_PAIRS = 5
 PREVIEW_CHARS = 80
+
+
+def text_identity(text: str) -> str:
+    """The key under which two texts count as the same: NFC Unicode form, whitespace runs collapsed."""
+    return " ".join(unicodedata.normalize("NFC", text).split())
 
 
 class NearDuplicateWarning(UserWarning):
@@ -87,7 +94,10 @@ class MembershipSplit:
         near_duplicate_threshold: float = NEAR_DUPLICATE_THRESHOLD,
     ) -> MembershipSplit:
         """Draw disjoint sides uniformly at random (numpy `default_rng(seed)`) from `texts`."""
-        pool = list(dict.fromkeys(check_texts(list(texts), f"{source} texts")))
+        distinct: dict[str, str] = {}
+        for text in check_texts(list(texts), f"{source} texts"):
+            distinct.setdefault(text_identity(text), text)  # the first of texts equal up to Unicode form and spacing
+        pool = list(distinct.values())
         sizes = {
             "n_members": n_members,
             "n_non_members": n_non_members,
@@ -184,11 +194,13 @@ class MembershipSplit:
         return f"{self.source!r} split, {side}"
 
     def _check_settings(self) -> None:
-        """Require non-empty members and non-members and a threshold in (0, 1]."""
+        """Require at least 2 members and 2 non-members and a threshold in (0, 1]."""
         for side in ("members", "non_members"):
-            if not getattr(self, side):
+            if len(getattr(self, side)) < MIN_PER_SIDE:
+                found = len(getattr(self, side)) or "no"
                 raise DataError(
-                    f"{self._where(side)}: no texts; a membership split needs both sides"
+                    f"{self._where(side)}: {found} texts; a membership split needs at least {MIN_PER_SIDE} "
+                    "members and non-members (an audit's AUC and blind baseline need both classes twice)"
                 )
         if not 0 < self.near_duplicate_threshold <= 1:
             raise DataError(
@@ -197,25 +209,28 @@ class MembershipSplit:
             )
 
     def _check_disjoint(self) -> None:
-        """Raise `DataError` if any text appears on more than one side."""
-        repeats = self._cross_side_repeats()
+        """Raise `DataError` if a text appears twice, on one side or across sides (up to Unicode form and spacing)."""
+        repeats = self._repeats()
         if repeats:
             side, i, other, j = repeats[0]
+            where = "on more than one side" if side != other else "twice on one side"
             raise DataError(
-                f"{self.source!r} split: {len(repeats)} text(s) appear on more than one side, "
-                f"e.g. {side}[{i}] == {other}[{j}] {_preview(getattr(self, other)[j])}; "
-                "remove them from all but one side (MembershipSplit.random draws disjoint sides)"
+                f"{self.source!r} split: {len(repeats)} text(s) repeat an earlier one, e.g. {side}[{i}] and "
+                f"{other}[{j}] are the same text {where} {_preview(getattr(self, other)[j])}; keep one copy "
+                "on one side (MembershipSplit.random draws distinct texts on disjoint sides)"
             )
 
-    def _cross_side_repeats(self) -> list[tuple[str, int, str, int]]:
-        """Return (side, index, later side, index) for each text already seen on an earlier side."""
+    def _repeats(self) -> list[tuple[str, int, str, int]]:
+        """(side, index, side, index) of each text whose identity was already seen, on its side or an earlier one."""
         first_seen: dict[str, tuple[str, int]] = {}
         repeats: list[tuple[str, int, str, int]] = []
         for side in SIDES:
-            texts = getattr(self, side)
-            repeats += [(*first_seen[t], side, j) for j, t in enumerate(texts) if t in first_seen]
-            for j, text in enumerate(texts):
-                first_seen.setdefault(text, (side, j))
+            for j, text in enumerate(getattr(self, side)):
+                key = text_identity(text)
+                if key in first_seen:
+                    repeats.append((*first_seen[key], side, j))
+                else:
+                    first_seen[key] = (side, j)
         return repeats
 
     def _find_near_duplicates(self) -> list[NearDuplicate]:
@@ -253,10 +268,11 @@ def text_sha256(text: str) -> str:
 
 
 def _check_sizes(sizes: dict[str, int], available: int, source: str) -> None:
-    """Require non-negative sizes (positive for both audit sides) that fit in `available` texts."""
+    """Require non-negative sizes (at least `MIN_PER_SIDE` on both audit sides) that fit in `available` texts."""
     for name, n in sizes.items():
-        if n < (0 if name == "n_validation" else 1):
-            raise DataError(f"{source!r} split: {name}={n} is too small; pass a positive count")
+        if n < (0 if name == "n_validation" else MIN_PER_SIDE):
+            raise DataError(f"{source!r} split: {name}={n} is too small; an audit needs at least {MIN_PER_SIDE} "
+                            "members and non-members")
     needed = sum(sizes.values())
     if needed > available:
         asked = " + ".join(f"{n} {name.removeprefix('n_')}" for name, n in sizes.items())
