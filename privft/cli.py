@@ -70,9 +70,14 @@ def _audit_context(args: argparse.Namespace, split: MembershipSplit) -> AuditCon
 
 
 def _write_default(config: object, path: str, next_step: str) -> None:
-    """Write a default config as YAML and say what to run once it is edited."""
+    """Write a default config as YAML and say what to run once it is edited; never over an existing file."""
+    from pathlib import Path
+
     from privft.config import save_yaml
 
+    if Path(path).exists():
+        raise FileExistsError(f"{path} already exists and --write-default does not replace it; delete it first, "
+                              "or give another path to write the default config to.")
     print(f"Wrote {save_yaml(config, path)}; edit it, then run: {next_step}")
 
 
@@ -115,6 +120,8 @@ def _reproduce(args: argparse.Namespace) -> None:
 
 
 def _shadows_plan(args: argparse.Namespace) -> None:
+    from pathlib import Path
+
     from privft.config import load_yaml
     from privft.shadows import ShadowPlan, ShadowSettings
 
@@ -122,8 +129,10 @@ def _shadows_plan(args: argparse.Namespace) -> None:
         _write_default(ShadowSettings(), args.config, f"privft shadows plan {args.config} --out FARM")
         return
     plan = ShadowPlan.build(load_yaml(ShadowSettings, args.config))
-    path = plan.save(args.out)
-    print(f"Wrote {path}: {plan.settings.n_shadows} shadows over {len(plan.texts)} texts; run them with "
+    existed = (Path(args.out) / "plan.json").exists()
+    path = plan.save(args.out)  # refuses to replace a different plan
+    done = f"{path} already holds this plan" if existed else f"Wrote {path}"
+    print(f"{done}: {plan.settings.n_shadows} shadows over {len(plan.texts)} texts; run them with "
           f"`privft shadows train {args.out} --missing` or one per job with --index I.")
 
 

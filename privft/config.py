@@ -46,10 +46,26 @@ def _convert(value: Any, annotation: Any, where: str) -> Any:
     if origin is tuple:
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{where} must be a list, got {value!r}.")
-        return tuple(value)
+        args = typing.get_args(annotation)
+        items = [args[0]] * len(value) if len(args) == 2 and args[1] is Ellipsis else list(args)
+        if len(items) != len(value):
+            raise ConfigError(f"{where} must be a list of {len(items)} items, got {value!r}.")
+        return tuple(_convert(v, item, f"{where}[{i}]") for i, (v, item) in enumerate(zip(value, items)))
+    if origin is dict or annotation is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where} must be a mapping (key: value lines, or {{}} for none), got {value!r}.")
+        key_type, value_type = typing.get_args(annotation) or (Any, Any)
+        return {_convert(k, key_type, f"{where} key {k!r}"): _convert(v, value_type, f"{where}.{k}")
+                for k, v in value.items()}
+    if annotation is float and isinstance(value, str):
+        try:  # YAML 1.1 reads a float without a dot, such as 5e-5, as a string
+            return float(value)
+        except ValueError:
+            raise ConfigError(f"{where} must be float, got {value!r}.") from None
     if annotation is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
-    if annotation in (int, float, str, bool) and not isinstance(value, annotation):
+    if annotation in (int, float, str, bool) and (not isinstance(value, annotation)
+                                                  or (annotation is not bool and isinstance(value, bool))):
         raise ConfigError(f"{where} must be {annotation.__name__}, got {value!r}.")
     return value
 

@@ -4,11 +4,22 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from privft.audit import AuditConfig
-from privft.compare import NO_TRAINING, PRETRAINED, CompareConfig, GridSettings, grid_cells, run_compare
+from privft.compare import (
+    NO_TRAINING,
+    PRETRAINED,
+    CompareConfig,
+    GridSettings,
+    _mean_summary,
+    _rate,
+    grid_cells,
+    run_compare,
+)
 from privft.config import load_yaml, save_yaml
+from privft.metrics import evaluate_attack
 from privft.pipeline import DataSettings, DPSettings, RunConfig, SoftSettings
 from privft.training import FinetuneSettings, LoraSettings
 
@@ -71,3 +82,24 @@ def test_write_default_writes_a_loadable_config(tmp_path, capsys):
     main(["compare", str(tmp_path / "compare.yaml"), "--write-default"])
     assert load_yaml(CompareConfig, tmp_path / "compare.yaml") == CompareConfig()
     assert "privft compare" in capsys.readouterr().out
+
+
+def test_mean_tpr_gives_a_count_only_when_every_attack_scored_the_same_members():
+    rng = np.random.default_rng(0)
+    full = evaluate_attack(np.repeat([1, 0], 200), rng.random(400), n_bootstrap=10)
+    part = evaluate_attack(np.repeat([1, 0], 140), rng.random(280), n_bootstrap=10)  # e.g. the Ensemble's share
+    same = _mean_summary({"loss": full, "zlib": full})["tpr"][0]
+    assert same["n_members"] == 200 and same["true_positives"] == full.tpr_at_fpr[0].true_positives
+    mixed = _mean_summary({"loss": full, "ensemble": part})["tpr"][0]
+    assert mixed["n_members"] is None and mixed["true_positives"] is None and mixed["tpr"] is not None
+    assert _rate(mixed, mean=True).endswith("(attacks scored different members)")
+
+
+def test_write_default_refuses_an_existing_config(tmp_path):
+    from privft.cli import main
+
+    config = tmp_path / "compare.yaml"
+    config.write_text("grid:\n  lora_ranks: [4]\n")
+    with pytest.raises(SystemExit, match=r"compare.yaml already exists.*delete it first, or give another path"):
+        main(["compare", str(config), "--write-default"])
+    assert config.read_text() == "grid:\n  lora_ranks: [4]\n"

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
-from privft.config import ConfigError, load_yaml, save_yaml
-from privft.pipeline import CanarySettings, DataSettings, RunConfig, SoftSettings, run_training
+from privft.config import ConfigError, load_yaml, save_yaml, to_dict
+from privft.pipeline import CanarySettings, DataSettings, RunConfig, SoftSettings, check_output_dir, run_training
 from privft.training import FinetuneSettings, LoraSettings
 
 
@@ -27,6 +28,37 @@ def test_config_errors_name_the_key(tmp_path):
     (tmp_path / "typed.yaml").write_text("training:\n  epochs: three\n")
     with pytest.raises(ConfigError, match="training.epochs must be int"):
         load_yaml(RunConfig, tmp_path / "typed.yaml")
+    (tmp_path / "boolean.yaml").write_text("training:\n  epochs: true\n")  # YAML's true is not an epoch count
+    with pytest.raises(ConfigError, match="training.epochs must be int, got True"):
+        load_yaml(RunConfig, tmp_path / "boolean.yaml")
+    (tmp_path / "items.yaml").write_text("audit:\n  max_fprs: [0.01, 'often']\n")
+    with pytest.raises(ConfigError, match=r"audit.max_fprs\[1\] must be float, got 'often'"):
+        load_yaml(RunConfig, tmp_path / "items.yaml")
+    (tmp_path / "exponent.yaml").write_text("training:\n  learning_rate: 5e-5\n")  # YAML 1.1: a string
+    assert load_yaml(RunConfig, tmp_path / "exponent.yaml").training.learning_rate == 5e-5
+    for settings, key in (("soft:\n  rule: papr\n", "soft.rule='papr'"),  # refused before any paraphrasing
+                          ("audit:\n  max_fprs: [0.01, 1.5]\n", "max_fprs"),  # before training, not after
+                          (f"data:\n  n_non_members: 1\ntraining:\n  output_dir: {tmp_path / 'small'}\n", None)):
+        (tmp_path / "early.yaml").write_text(settings)
+        if key is None:  # the split is drawn at run start, before the model loads or any file is written
+            with pytest.raises(ValueError, match="n_non_members=1 is too small"):
+                run_training(load_yaml(RunConfig, tmp_path / "early.yaml"))
+        else:
+            with pytest.raises(ValueError, match=re.escape(key)):
+                load_yaml(RunConfig, tmp_path / "early.yaml")
+
+
+def test_an_output_dir_holding_another_run_is_refused_before_anything_is_written(tmp_path):
+    first = RunConfig(training=FinetuneSettings(output_dir=str(tmp_path / "run")))
+    (tmp_path / "run").mkdir()
+    manifest = tmp_path / "run" / "manifest.json"
+    manifest.write_text(json.dumps({"config": to_dict(first)}))
+    check_output_dir(tmp_path / "run", first)  # the same run may re-run in place
+    other = RunConfig(data=DataSettings(seed=5), training=first.training)
+    with pytest.raises(ValueError, match="holds another run"):
+        run_training(other)
+    assert json.loads(manifest.read_text()) == {"config": to_dict(first)}
+    assert not (tmp_path / "run" / "split.json").exists()
 
 
 @pytest.fixture()
@@ -57,3 +89,25 @@ def test_run_with_canaries_and_soft_trains_audits_and_saves(tiny_model_dir, loca
     assert result.report.canary_exposure["n_canaries"] == 2
     assert len(result.soft_history) == 1  # one warm-up epoch, then a selection before epoch 2
     assert "Privacy audit (privft)" in (run / "model" / "README.md").read_text()
+
+
+def test_a_mapping_option_must_be_a_mapping_of_the_declared_types(tmp_path):
+    (tmp_path / "list.yaml").write_text("soft:\n  paraphraser_options: [1]\n")
+    with pytest.raises(ConfigError, match=r"soft.paraphraser_options must be a mapping.*got \[1\]"):
+        load_yaml(RunConfig, tmp_path / "list.yaml")
+    (tmp_path / "key.yaml").write_text("soft:\n  paraphraser_options: {1: 0.5}\n")
+    with pytest.raises(ConfigError, match=r"soft.paraphraser_options key 1 must be str"):
+        load_yaml(RunConfig, tmp_path / "key.yaml")
+    (tmp_path / "ok.yaml").write_text("soft:\n  paraphraser_options: {fraction: 0.5}\n")
+    assert load_yaml(RunConfig, tmp_path / "ok.yaml").soft.paraphraser_options == {"fraction": 0.5}
+
+
+def test_write_default_refuses_an_existing_config(tmp_path, capsys):
+    from privft.cli import main
+
+    config = tmp_path / "run.yaml"
+    config.write_text("model: my-edited-model\n")
+    with pytest.raises(SystemExit, match=r"run.yaml already exists.*delete it first, or give another path"):
+        main(["train", str(config), "--write-default"])
+    assert config.read_text() == "model: my-edited-model\n"
+    assert "Wrote" not in capsys.readouterr().out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -19,6 +20,7 @@ from privft.shadows import (
     loss_windows,
 )
 from privft.shadows.job import losses_path
+from privft.shadows.plan import plan_sha256
 from privft.training import FinetuneSettings
 
 
@@ -75,6 +77,7 @@ def test_shadow_jobs_resume_through_the_cli_and_feed_a_lira_audit(settings, tmp_
     done = losses_path(farm, 2).stat().st_mtime_ns
     main(["shadows", "train", str(farm), "--missing"])
     assert losses_path(farm, 2).stat().st_mtime_ns == done  # a finished job is not redone
+    assert json.loads((losses_path(farm, 2).parent / "shadow.json").read_text())["plan_sha256"] == plan_sha256(farm)
     plan, losses = load_losses(farm)
     assert losses.shape == (6, 22, 16) and np.isnan(losses[:, plan.indices("canary")]).any()  # short: NaN-padded
     assert (np.isnan(losses) == np.isnan(losses[:1])).all()  # the same tokens are scored in every shadow
@@ -84,3 +87,50 @@ def test_shadow_jobs_resume_through_the_cli_and_feed_a_lira_audit(settings, tmp_
     assert set(report["metrics"]["candidate"]) == {"univariate shared", "oas shared", "oas offline", "rmia offline"}
     assert report["metrics"]["canary"]["oas shared"]["auc"]["n_members"] == 6  # 2 canaries × 3 targets holding each
     assert "privft shadows train" in capsys.readouterr().out
+
+
+def test_a_farm_keeps_its_plan_the_same_plan_again_is_a_no_op_another_is_refused(settings, tmp_path, capsys):
+    farm, config, other = tmp_path / "farm", tmp_path / "farm0.yaml", tmp_path / "farm1.yaml"
+    save_yaml(settings, config)
+    save_yaml(dataclasses.replace(settings, seed=4), other)
+    main(["shadows", "plan", str(config), "--out", str(farm)])
+    before = (farm / "plan.json").read_bytes()
+    main(["shadows", "plan", str(config), "--out", str(farm)])
+    assert "already holds this plan" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match=r"plan.json already holds a different shadow plan.*--out.*delete"):
+        main(["shadows", "plan", str(other), "--out", str(farm)])
+    assert (farm / "plan.json").read_bytes() == before
+
+
+def _fake_losses(farm, plan: ShadowPlan, index: int, plan_sha: str | None) -> None:
+    """Store losses of the right shape for shadow `index`, with `plan_sha` as its recorded plan (None: no record)."""
+    path = losses_path(farm, index)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.save(path, np.zeros((len(plan.texts), plan.settings.window), np.float32))
+    record = {"index": index} if plan_sha is None else {"index": index, "plan_sha256": plan_sha}
+    (path.parent / "shadow.json").write_text(json.dumps(record))
+
+
+def test_load_losses_refuses_shadows_trained_on_another_plan_by_index(settings, tmp_path):
+    farm = tmp_path / "farm"
+    plan = ShadowPlan.build(settings)
+    plan.save(farm)
+    for index in range(settings.n_shadows):
+        _fake_losses(farm, plan, index, plan_sha256(farm))
+    assert load_losses(farm)[1].shape == (6, 22, 16)
+    _fake_losses(farm, plan, 4, "0" * 64)  # trained before the farm was re-planned by hand
+    with pytest.raises(ValueError, match=r"Shadows \[4\] of .* another plan.*--index I --overwrite"):
+        load_losses(farm)
+    _fake_losses(farm, plan, 4, None)  # trained by a privft that did not record its plan
+    with pytest.warns(UserWarning, match=r"Shadows \[4\] of .* record no plan_sha256"):
+        load_losses(farm)
+
+
+def test_write_default_refuses_an_existing_settings_file(tmp_path, capsys):
+    config = tmp_path / "farm.yaml"
+    main(["shadows", "plan", str(config), "--write-default"])
+    assert "privft shadows plan" in capsys.readouterr().out
+    config.write_text("n_shadows: 8\n")  # the user's edits
+    with pytest.raises(SystemExit, match=r"farm.yaml already exists.*delete it first, or give another path"):
+        main(["shadows", "plan", str(config), "--write-default"])
+    assert config.read_text() == "n_shadows: 8\n"

@@ -3,11 +3,13 @@
 The plan is the ground truth of a shadow farm. It fixes the pool (candidates, planted
 canaries, population texts no shadow sees) and a balanced IN matrix: every candidate and
 every canary is IN for exactly ⌊K/2⌋ shadows, each shadow trains on about half the pool.
-It is saved once as `plan.json` in the farm folder; each shadow job reads it from there.
+It is saved once as `plan.json` in the farm folder (a different plan is refused there); each
+shadow job reads it from there and records its sha256 beside its losses.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from dataclasses import dataclass, field
@@ -67,6 +69,20 @@ class ShadowSettings:
                              f"Got {self.window} instead.")
 
 
+def plan_sha256(directory: str | os.PathLike[str]) -> str:
+    """sha256 of the farm's `plan.json` bytes: each shadow records it, so losses stay tied to their plan."""
+    return hashlib.sha256((Path(directory) / "plan.json").read_bytes()).hexdigest()
+
+
+def _stored_plan(path: Path) -> dict | None:
+    """The plan record in `path` without its package versions, or None when it is not readable JSON."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return {k: v for k, v in record.items() if k != "versions"} if isinstance(record, dict) else None
+
+
 def balanced_keep(n_models: int, n_examples: int, rng: np.random.Generator) -> np.ndarray:
     """IN matrix (n_models, n_examples): each example IN for exactly ⌊n_models / 2⌋ models, chosen at random."""
     return rng.random((n_models, n_examples)).argsort(axis=0) < n_models // 2
@@ -123,14 +139,26 @@ class ShadowPlan:
         return np.flatnonzero(np.array(self.kinds) == kind)
 
     def save(self, directory: str | os.PathLike[str]) -> Path:
-        """Write `plan.json` (settings, texts with sha256, kinds, IN matrix, canaries, versions) atomically."""
+        """Write `plan.json` (settings, texts with sha256, kinds, IN matrix, canaries, versions) atomically.
+
+        A farm keeps its first plan: saving the same plan again leaves the file as it is, and a
+        different plan is refused, since shadows trained on the old one would be scored against it.
+        """
+        path = Path(directory) / "plan.json"
         record = {
             "format": PLAN_FORMAT, "version": PLAN_VERSION, "settings": to_dict(self.settings),
             "texts": self.texts, "sha256": [text_sha256(t) for t in self.texts], "kinds": self.kinds,
             "keep": ["".join("1" if k else "0" for k in row) for row in self.keep],
-            "canaries": self.canary_plan.to_dict() if self.canary_plan else None, "versions": package_versions(),
+            "canaries": self.canary_plan.to_dict() if self.canary_plan else None,
         }
-        return atomic_write_text(Path(directory) / "plan.json", json.dumps(record, ensure_ascii=False, indent=1))
+        if path.exists():
+            if _stored_plan(path) == json.loads(json.dumps(record)):  # JSON-plain, as stored
+                return path
+            raise FileExistsError(f"{path} already holds a different shadow plan, and shadows trained on it would "
+                                  f"be scored against the new one. Plan into a new farm folder (--out), or delete "
+                                  f"{Path(directory)} first to start this farm over.")
+        record["versions"] = package_versions()
+        return atomic_write_text(path, json.dumps(record, ensure_ascii=False, indent=1))
 
     @classmethod
     def load(cls, directory: str | os.PathLike[str]) -> ShadowPlan:
