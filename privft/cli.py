@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from privft.attacks import ATTACKS
@@ -37,14 +38,18 @@ def _audit(args: argparse.Namespace) -> None:
         max_length=args.max_length, cache_dir=args.cache_dir,
     )
     context = _audit_context(args, split)
+    out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise SystemExit(f"privft audit: --out {args.out} is a file; give a folder for the report.")
+    out.mkdir(parents=True, exist_ok=True)  # before any model loads: an unusable --out costs no scoring
     model, tokenizer = load_model(args.model)
     reference = reference_tokenizer = None
     if args.reference:
         reference, reference_tokenizer = load_model(args.reference)
     report = run_audit(model, tokenizer, split, reference=reference, reference_tokenizer=reference_tokenizer,
                        config=config, model_name=args.model, context=context)
-    paths = report.save(args.out)
-    print(report.to_markdown())
+    print(report.to_markdown())  # first: the table is on screen even if saving fails
+    paths = report.save(out)
     print(f"Report: {paths['json']}, {paths['markdown']}, {paths['roc']}")
 
 
@@ -71,8 +76,6 @@ def _audit_context(args: argparse.Namespace, split: MembershipSplit) -> AuditCon
 
 def _write_default(config: object, path: str, next_step: str) -> None:
     """Write a default config as YAML and say what to run once it is edited; never over an existing file."""
-    from pathlib import Path
-
     from privft.config import save_yaml
 
     if Path(path).exists():
@@ -120,8 +123,6 @@ def _reproduce(args: argparse.Namespace) -> None:
 
 
 def _shadows_plan(args: argparse.Namespace) -> None:
-    from pathlib import Path
-
     from privft.config import load_yaml
     from privft.shadows import ShadowPlan, ShadowSettings
 
@@ -160,8 +161,8 @@ def _lira(args: argparse.Namespace) -> None:
         variants = {name: variants[name] for name in args.variants.split(",")}
     report = run_lira_audit(losses, plan.keep, plan.kinds, variants, max_fprs=tuple(args.max_fpr or DEFAULT_MAX_FPRS),
                             n_bootstrap=args.bootstrap, seed=args.seed, source=str(args.farm))
+    print(report.to_markdown())  # first: the table is on screen even if saving fails
     paths = report.save(args.out)
-    print(report.to_markdown())
     print(f"Report: {', '.join(str(p) for p in paths.values())}")
 
 

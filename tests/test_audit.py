@@ -134,3 +134,10 @@ def test_cli_reports_bad_input_without_a_traceback(tmp_path):
     with pytest.raises(SystemExit, match="privft audit: error: .*text"):
         main(["audit", "--model", "unused", "--members", str(tmp_path / "members.jsonl"),
               "--non-members", str(tmp_path / "members.jsonl")])
+
+
+def test_cli_audit_refuses_an_unusable_out_before_any_model_loads(split, tmp_path):
+    split.save(tmp_path / "split.json")
+    (tmp_path / "taken").write_text("a file, not a folder")
+    with pytest.raises(SystemExit, match="--out .*taken is a file"):  # not "cannot load model 'unused'"
+        main(["audit", "--model", "unused", "--split", str(tmp_path / "split.json"), "--out", str(tmp_path / "taken")])
