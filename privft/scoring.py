@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import math
 import os
 import warnings
@@ -76,11 +77,21 @@ def model_fingerprint(model: PreTrainedModel) -> str:
     for name, tensor in model.state_dict().items():
         digest.update(name.encode())
         digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
-    # peft's disable_adapter() leaves the weights untouched; the enabled flags tell the two apart.
+    # peft's disable_adapter() and set_scale() leave the weights untouched; the flags and scales tell them apart.
     for name, module in model.named_modules():
         if hasattr(module, "disable_adapters") and hasattr(module, "active_adapters"):
-            digest.update(f"{name}:{module.disable_adapters}:{module.active_adapters}".encode())
+            state = (module.disable_adapters, module.active_adapters, getattr(module, "scaling", None),
+                     getattr(module, "merged", None))
+            digest.update(f"{name}:{state}".encode())
+    digest.update(model.config.to_json_string().encode())  # e.g. rope_theta, which no weight records
     return digest.hexdigest()[:32]
+
+
+def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> str:
+    """A digest of how `tokenizer` maps text to ids (its full definition, or its vocabulary) and of its start token."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    definition = backend.to_str() if backend is not None else json.dumps(sorted(tokenizer.get_vocab().items()))
+    return hashlib.sha256(f"{definition}|{start_token(tokenizer)}".encode()).hexdigest()[:32]
 
 
 class StatsCache:
@@ -380,10 +391,10 @@ def score_texts(
     keys: list[str | None] = [None] * len(texts)
     results: list[TokenStats | None] = [None] * len(texts)
     if cache is not None:
-        identity = model_id or model_fingerprint(model)
+        settings = [model_id or model_fingerprint(model), tokenizer_fingerprint(tokenizer), max_length, stride,
+                    prefix, distribution]
         for i, text in enumerate(texts):
-            condition = (f"|prefix in every window={prefix}" if prefix else "") + ("" if distribution else "|loss-only")
-            keys[i] = hashlib.sha256(f"{identity}|{max_length}|{stride}|{text}{condition}".encode()).hexdigest()
+            keys[i] = hashlib.sha256(json.dumps([*settings, text]).encode()).hexdigest()  # fields never run together
             results[i] = cache.get(keys[i])
     todo = {i: sequences[i] for i, r in enumerate(results) if r is None}
     scored = _score_sequences(model, todo, pad_id=_pad_id(tokenizer), batch_size=batch_size, max_length=max_length,

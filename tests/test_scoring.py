@@ -205,4 +205,20 @@ def test_fingerprint_follows_weights_and_adapter_state(tiny_model):
     with_adapters = model_fingerprint(peft_model)
     with peft_model.disable_adapter():
         disabled = model_fingerprint(peft_model)
-    assert len({before, with_adapters, disabled}) == 3
+    for module in peft_model.modules():  # peft's set_scale changes the output, not a single weight
+        if isinstance(getattr(module, "scaling", None), dict):
+            module.scaling["default"] *= 4
+    rescaled = model_fingerprint(peft_model)
+    assert len({before, with_adapters, disabled, rescaled}) == 4
+
+
+def test_cache_keys_follow_the_tokenizer_and_never_run_fields_together(tiny_model, tokenizer, tmp_path):
+    cache = StatsCache(tmp_path)
+    [full] = score_texts(tiny_model, tokenizer, ["hello world|loss-only"], cache=cache)
+    [loss_only] = score_texts(tiny_model, tokenizer, ["hello world"], cache=cache, distribution=False)
+    assert loss_only.n_bytes == len("hello world") and loss_only.n_tokens < full.n_tokens
+    other = copy.deepcopy(tokenizer)
+    other.bos_token = other.pad_token  # another start token: other statistics, so another cache entry
+    [plain] = score_texts(tiny_model, tokenizer, ["hello world"], cache=cache)
+    [restarted] = score_texts(tiny_model, other, ["hello world"], cache=cache)
+    assert not np.array_equal(plain.token_logprobs, restarted.token_logprobs)
