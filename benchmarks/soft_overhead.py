@@ -2,7 +2,8 @@
 
 Trains the same LoRA model on the same texts for the same epochs, with and without the
 selective-obfuscation callback (paper rule: warm-up 1 epoch, then τ = mean validation loss and
-a fresh scoring every epoch), paraphrases precomputed. The members are split 90/10 into
+a scoring every epoch; selection is cumulative, privft's default, so later epochs re-score only
+the texts not yet obfuscated), paraphrases precomputed. The members are split 90/10 into
 training and validation texts, as the SOFT release splits them. Each configuration runs
 `--repeats` times, interleaved; the best time of each is compared, and the time SOFT spends
 inside its selections is reported beside it. The paraphrasing cost (neighbour paraphraser on
