@@ -14,11 +14,10 @@ from transformers import TrainerCallback
 from privft.audit import AuditConfig
 from privft.callbacks.audit import PrivacyAuditCallback, write_model_card_section
 from privft.callbacks.canary import CanaryCallback
-from privft.callbacks.soft import RULES
+from privft.callbacks.soft import check_schedule
 from privft.config import from_dict, to_dict
 from privft.data import MembershipSplit, load_corpus, load_texts
 from privft.data.canaries import CanaryPlan
-from privft.defend.selection import check_select_ratio
 from privft.dp import make_private
 from privft.io import atomic_write_text
 from privft.models import DEFAULT_MODEL, cache_dir, hub_lookups_skipped, load_model
@@ -71,15 +70,10 @@ class SoftSettings:
 
     def __post_init__(self) -> None:
         """Check the settings now, not after every training text has been paraphrased."""
-        if self.rule is not None and self.rule not in RULES:
-            raise ValueError(f"soft.rule={self.rule!r} is not one of {RULES}; or null for no SOFT.")
-        if self.select_ratio is not None:
-            if self.rule == "paper":
-                raise ValueError("soft.select_ratio applies to rule 'release' only; the paper rule selects the "
-                                 "samples below the mean validation loss.")
-            check_select_ratio(self.select_ratio)
-        if self.warmup_epochs is not None and self.warmup_epochs < 0:
-            raise ValueError(f"soft.warmup_epochs={self.warmup_epochs} must be at least 0.")
+        try:
+            check_schedule(self.rule, self.select_ratio, self.warmup_epochs)
+        except ValueError as error:  # the same checks as the callback's, named as config keys
+            raise ValueError(f"soft.{error}") from None
         if self.paraphraser not in PARAPHRASERS:
             raise ValueError(f"soft.paraphraser={self.paraphraser!r} is not one of {sorted(PARAPHRASERS)}.")
         if self.mode not in MODES:

@@ -43,6 +43,24 @@ def _epoch_index(epoch: float | None) -> int:
     return 0 if epoch is None else math.floor(epoch + 1e-6)
 
 
+def check_schedule(rule: str | None, select_ratio: float | None, warmup_epochs: int | None) -> None:
+    """Refuse an unknown rule, a `select_ratio` outside (0, 1] or with the paper rule, and a negative warm-up.
+
+    `rule=None` (SOFT off in a config) checks the values alone.
+    """
+    if rule is not None and rule not in RULES:
+        raise ValueError(f"rule={rule!r} is not one of {RULES}.")
+    if select_ratio is not None:
+        if rule == "paper":
+            raise ValueError("select_ratio applies to rule='release' only; the paper rule selects samples below "
+                             "the validation loss τ.")
+        check_select_ratio(select_ratio)
+    if warmup_epochs is not None and (isinstance(warmup_epochs, bool) or not isinstance(warmup_epochs, int)
+                                      or warmup_epochs < 0):
+        raise ValueError(f"warmup_epochs={warmup_epochs!r} must be an integer >= 0 (epochs trained on the "
+                         "original texts before the first selection).")
+
+
 class SelectiveObfuscationCallback(TrainerCallback, ExportableState):
     """Re-select, at each epoch start after warm-up, which training samples the `ObfuscatedView` serves obfuscated.
 
@@ -97,15 +115,11 @@ class SelectiveObfuscationCallback(TrainerCallback, ExportableState):
         batch_size: int = 8,
         max_length: int | None = None,
     ) -> None:
-        if rule not in RULES:
-            raise ValueError(f"rule={rule!r} is not one of {RULES}.")
+        check_schedule(rule, select_ratio, warmup_epochs)
         if rule == "paper":
             if not validation_texts:
                 raise ValueError("rule='paper' needs validation_texts: held-out texts (never trained on) whose mean "
                                  "loss is the selection threshold τ.")
-            if select_ratio is not None:
-                raise ValueError("select_ratio applies to rule='release' only; the paper rule selects samples below "
-                                 "the validation loss τ.")
             validation_texts = check_texts(validation_texts, "validation_texts")
         else:
             if validation_texts:
@@ -113,9 +127,6 @@ class SelectiveObfuscationCallback(TrainerCallback, ExportableState):
             validation_texts = None
             select_ratio = check_select_ratio(DEFAULT_SELECT_RATIO if select_ratio is None else select_ratio)
         warmup_epochs = DEFAULT_WARMUP_EPOCHS[rule] if warmup_epochs is None else warmup_epochs
-        if isinstance(warmup_epochs, bool) or not isinstance(warmup_epochs, int) or warmup_epochs < 0:
-            raise ValueError(f"warmup_epochs={warmup_epochs!r} must be an integer >= 0 (epochs trained on the "
-                             "original texts before the first selection).")
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size={batch_size!r} must be a positive integer (texts per scoring batch).")
         if view is not None and not isinstance(view, ObfuscatedView):
