@@ -23,7 +23,7 @@ from peft import get_peft_model
 from transformers import DataCollatorForLanguageModeling, Trainer, TrainingArguments
 
 from privft.data import load_corpus
-from privft.defend.soft import prepare_soft
+from privft.callbacks import prepare_soft
 from privft.models import build_tiny_llama, train_bpe_tokenizer
 from privft.paraphrase import NeighbourParaphraser, obfuscate
 from privft.training import LoraSettings, tokenize_for_training

@@ -14,12 +14,14 @@ import io
 import json
 import math
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from privft.audit import run_audit
-from privft.config import save_yaml, to_dict
+from privft.config import from_dict, save_yaml, to_dict
+from privft.defend.rules import get_rule
 from privft.io import atomic_write_bytes, atomic_write_text
 from privft.metrics import AttackMetrics
 from privft.models import load_model
@@ -31,6 +33,19 @@ MIN_PERPLEXITY_GAIN = 0.01
 
 NO_TRAINING = "no meaningful training"
 PRETRAINED = "pretrained (not fine-tuned)"
+
+
+@dataclass
+class CellSpec:
+    """A named cell of its own: the base run (no defence) with the settings in `set` changed.
+
+    Keys are dotted paths into `RunConfig`, e.g. ``{"soft.rule": "release", "soft.mode": "rewrite-only"}``;
+    they are checked like the YAML's own keys.
+    """
+
+    name: str
+    family: str = "soft"  # the plot's colour group: "lora", "full", "soft" or "dp"
+    set: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -47,6 +62,7 @@ class GridSettings:
     dp_epsilons: tuple[float, ...] = (0.1, 1.0, 8.0)
     full_learning_rate: float | None = None  # None: run.training.learning_rate (full fine-tuning often wants less)
     dp_learning_rate: float | None = None  # None: run.training.learning_rate (DP-SGD often wants more)
+    cells: tuple[CellSpec, ...] = ()  # further cells, each the base run with a few settings changed
 
 
 @dataclass
@@ -56,6 +72,12 @@ class CompareConfig:
     run: RunConfig = field(default_factory=RunConfig)
     grid: GridSettings = field(default_factory=GridSettings)
     output_dir: str = "runs/compare"
+    cells_dir: str | None = None  # None: <output_dir>/cells; give two grids one folder to share their common cells
+
+    @property
+    def cells_path(self) -> Path:
+        """Where the cells' run folders live."""
+        return Path(self.cells_dir) if self.cells_dir else Path(self.output_dir) / "cells"
 
 
 @dataclass(frozen=True)
@@ -80,16 +102,21 @@ def slug(name: str) -> str:
 def grid_cells(config: CompareConfig) -> list[Cell]:
     """Every cell: the pretrained model (audited, not trained), plain LoRA at the base rank, then the grid.
 
-    The base run's own defences (`run.soft.rule`, `run.dp.target_epsilon`) are ignored.
+    The base run's own defences (`run.soft.rule`, `run.dp.target_epsilon`) are ignored. Unless
+    `run.audit.cache_dir` says otherwise, every cell caches its token statistics in one folder
+    beside the cells, so the base model's passes (the pretrained row, every LoRA cell's
+    reference) are computed once per grid.
     """
     run, grid = config.run, config.grid
     lora = run.training.lora
     if lora is None:
         raise ValueError("run.training.lora is null, but the grid needs a LoRA reference: set run.training.lora (its "
                          "rank is the plain-LoRA baseline the overheads are measured against).")
-    cells_dir = Path(config.output_dir) / "cells"
+    cells_dir = config.cells_path
+    audit = run.audit if run.audit.cache_dir else dataclasses.replace(run.audit,
+                                                                      cache_dir=str(cells_dir.parent / "stats-cache"))
     base = dataclasses.replace(run, soft=dataclasses.replace(run.soft, rule=None),
-                               dp=dataclasses.replace(run.dp, target_epsilon=None))
+                               dp=dataclasses.replace(run.dp, target_epsilon=None), audit=audit)
 
     def cell(name: str, family: str, training: dict[str, Any] | None = None, **changes: Any) -> Cell:
         training = dataclasses.replace(base.training, **(training or {}), output_dir=str(cells_dir / slug(name)))
@@ -105,20 +132,51 @@ def grid_cells(config: CompareConfig) -> list[Cell]:
         cells.append(cell("full fine-tuning", "full", training={
             "lora": None, "learning_rate": grid.full_learning_rate or base.training.learning_rate}))
     for rule in grid.soft_rules:
-        select_ratio = run.soft.select_ratio if rule == "release" else None  # the paper rule takes none
+        select_ratio = run.soft.select_ratio if get_rule(rule).takes_select_ratio else None
         soft = dataclasses.replace(run.soft, rule=rule, select_ratio=select_ratio)
         cells.append(cell(f"SOFT {rule} (r={lora.rank})", "soft", soft=soft))
     for epsilon in sorted(grid.dp_epsilons, reverse=True):
         cells.append(cell(f"DP-LoRA ε={epsilon:g} (r={lora.rank})", "dp",
                           dp=dataclasses.replace(base.dp, target_epsilon=float(epsilon)),
                           training={"learning_rate": grid.dp_learning_rate or base.training.learning_rate}))
+    for spec in grid.cells:
+        cells.append(_named_cell(spec, dataclasses.replace(
+            base, training=dataclasses.replace(base.training, output_dir=str(cells_dir / slug(spec.name))))))
+    names = [c.name for c in cells]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ValueError(f"Cell name(s) {repeated} appear twice in the grid; give grid.cells unique names.")
     return cells
+
+
+def _named_cell(spec: CellSpec, base: RunConfig) -> Cell:
+    """`base` with `spec.set`'s dotted keys changed, checked as the YAML's keys are."""
+    if spec.family not in FAMILY_STYLE or spec.family == "pretrained":
+        raise ValueError(f"grid.cells {spec.name!r}: family={spec.family!r} must be one of "
+                         f"{sorted(set(FAMILY_STYLE) - {'pretrained'})}.")
+    data = to_dict(base)
+    for key, value in spec.set.items():
+        *parents, leaf = key.split(".")
+        node = data
+        for part in parents:
+            if not isinstance(node.get(part), dict):
+                raise ValueError(f"grid.cells {spec.name!r}: {key!r} is not a setting of the run (no {part!r}).")
+            node = node[part]
+        if leaf not in node:
+            raise ValueError(f"grid.cells {spec.name!r}: {key!r} is not a setting of the run; valid keys under "
+                             f"{'.'.join(parents) or 'the run'}: {sorted(node)}.")
+        node[leaf] = value
+    try:
+        return Cell(spec.name, spec.family, from_dict(RunConfig, data, where=f"grid.cells {spec.name!r}"))
+    except ValueError as error:
+        raise ValueError(f"grid.cells {spec.name!r}: {error}") from None
 
 
 def _attack_summary(metrics: AttackMetrics) -> dict[str, Any]:
     return {"auc": metrics.auc.auc, "auc_ci": [metrics.auc.ci_low, metrics.auc.ci_high],
             "tpr": [{"max_fpr": t.max_fpr, "tpr": t.tpr, "true_positives": t.true_positives,
-                     "n_members": t.n_members} for t in metrics.tpr_at_fpr]}
+                     "n_members": t.n_members, "n_non_members": t.n_non_members, "fpr_upper": t.fpr_upper}
+                    for t in metrics.tpr_at_fpr]}
 
 
 def _mean_summary(attacks: dict[str, AttackMetrics]) -> dict[str, Any]:
@@ -151,7 +209,9 @@ def cell_row(cell: Cell, result: RunResult) -> dict[str, Any]:
         "strongest_attack": strongest, "strongest": _attack_summary(report.attacks[strongest]),
         "mean_over_attacks": _mean_summary(report.attacks), "attacks": sorted(report.attacks),
         "perplexity": report.perplexity.value, "perplexity_on": report.perplexity.on,
-        "blind_baseline_auc": report.blind_baseline.auc.auc, "distribution_shift": report.distribution_shift,
+        "blind_baseline_auc": report.blind_baseline.auc.auc,
+        "blind_baseline_ci": [report.blind_baseline.auc.ci_low, report.blind_baseline.auc.ci_high],
+        "distribution_shift": report.distribution_shift,
         "canary_exposure": report.canary_exposure, "train_seconds": result.train_seconds,
         "split": report.split, "report": str(result.output_dir / "report.json"),
     }
@@ -200,29 +260,68 @@ def _finish_rows(rows: list[dict[str, Any]], reference_perplexity: float) -> Non
         row["learned"] = not trained or row["perplexity"] < reference_perplexity * (1 - MIN_PERPLEXITY_GAIN)
 
 
+def _finished_row(path: Path, cell: Cell) -> dict[str, Any] | None:
+    """The row a finished cell saved, or None if it has not finished; a cell run with another config is refused.
+
+    The saved config is read with today's defaults for settings added since, so a new option
+    with its default value does not invalidate finished cells.
+    """
+    if not path.exists():
+        return None
+    row = json.loads(path.read_text(encoding="utf-8"))
+    try:
+        same = from_dict(RunConfig, row["config"]) == cell.config
+    except (ValueError, TypeError):  # a key this version no longer knows
+        same = False
+    if not same:
+        raise ValueError(f"{path} was produced by a different config for cell {cell.name!r}; use a new "
+                         "cells_dir, or delete that cell's folder to re-run it.")
+    return row
+
+
+def _progress(index: int, cells: list[Cell], todo: list[Cell], seconds: list[float]) -> str:
+    """A progress line: which cell starts, and the grid's ETA from the cells timed so far in this call."""
+    line = f"[privft compare] cell {index + 1}/{len(cells)}: {cells[index].name}"
+    if seconds:
+        left = len(todo) * sum(seconds) / len(seconds)
+        line += f"; {len(todo)} cell(s) to run incl. this one, ETA {left / 60:.0f} min (mean {sum(seconds) / len(seconds) / 60:.1f} min per cell so far)"
+    return line
+
+
 def run_compare(config: CompareConfig) -> Comparison:
-    """Run (or resume) every cell, then write compare.json, compare.md and compare.png into `output_dir`."""
+    """Run (or resume) every cell, then write compare.json, compare.md and compare.png into `output_dir`.
+
+    Finished cells (their `cell.json` in the cells folder) are read, never recomputed.
+    """
     out = Path(config.output_dir)
     save_yaml(config, out / "compare.yaml")
     cells = grid_cells(config)
-    rows, ran = [], []
-    for cell in cells:
-        path = out / "cells" / cell.slug / "cell.json"
-        if path.exists():
-            row = json.loads(path.read_text(encoding="utf-8"))
-            if row["config"] != to_dict(cell.config):
-                raise ValueError(f"{path} was produced by a different config for cell {cell.name!r}; use a new "
-                                 "output_dir, or delete that cell's folder to re-run it.")
-        else:
-            result = audit_pretrained(cell.config) if cell.family == "pretrained" else run_training(cell.config)
-            row = cell_row(cell, result)
-            atomic_write_text(path, json.dumps(row, indent=1))
-            ran.append(cell.name)
-        rows.append(row)
-    splits = {json.dumps(row["split"], sort_keys=True) for row in rows}
+    paths = [config.cells_path / cell.slug / "cell.json" for cell in cells]
+    rows: list[dict[str, Any] | None] = [_finished_row(path, cell) for path, cell in zip(paths, cells)]
+    todo = [cell for cell, row in zip(cells, rows) if row is None]
+    ran, seconds = [], []
+    for index, (cell, path) in enumerate(zip(cells, paths)):
+        if rows[index] is not None:
+            continue
+        print(_progress(index, cells, todo, seconds), flush=True)
+        start = time.perf_counter()
+        result = audit_pretrained(cell.config) if cell.family == "pretrained" else run_training(cell.config)
+        seconds.append(time.perf_counter() - start)
+        rows[index] = {**cell_row(cell, result), "cell_seconds": seconds[-1]}
+        atomic_write_text(path, json.dumps(rows[index], indent=1))
+        todo.remove(cell)
+        ran.append(cell.name)
+        if index >= 1 and all(rows[:2]):  # the table needs the pretrained and the plain-LoRA rows
+            _write_outputs(Comparison([r for r in rows if r is not None], ran, out))  # partial: commit as cells land
+    return _write_outputs(Comparison(rows, ran, out))
+
+
+def _write_outputs(comparison: Comparison) -> Comparison:
+    """Check the rows share one split, finish them, and write compare.json, compare.md and compare.png."""
+    out = comparison.output_dir
+    splits = {json.dumps(row["split"], sort_keys=True) for row in comparison.rows}
     if len(splits) != 1:
         raise ValueError("The cells were audited on different splits; every cell must share run.data.")
-    comparison = Comparison(rows, ran, out)
     _finish_rows(comparison.rows, comparison.pretrained_perplexity)
     atomic_write_text(out / "compare.json", json.dumps(comparison.to_dict(), indent=1))
     atomic_write_text(out / "compare.md", comparison_table(comparison))
@@ -236,7 +335,16 @@ def _rate(tpr: dict[str, Any], mean: bool = False) -> str:
     if tpr["n_members"] is None:
         return f"{tpr['tpr']:.3f} (attacks scored different members)"
     count = f"{tpr['true_positives']:.1f}" if mean else f"{tpr['true_positives']}"
-    return f"{tpr['tpr']:.3f} ({'mean ' if mean else ''}{count}/{tpr['n_members']})"
+    bound = f"; FPR ≤ {tpr['fpr_upper'] * 100:.2g} %" if tpr.get("fpr_upper") is not None else ""
+    return f"{tpr['tpr']:.3f} ({'mean ' if mean else ''}{count}/{tpr['n_members']}{bound})"
+
+
+def _blind_baseline(row: dict[str, Any]) -> str:
+    """The split's blind baseline (a text classifier that never sees a model), which guards every row."""
+    ci = row.get("blind_baseline_ci")
+    interval = f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else ""
+    verdict = "distribution shift: read no row as leakage" if row["distribution_shift"] else "near chance"
+    return f"Blind baseline AUC {row['blind_baseline_auc']:.3f}{interval} ({verdict})."
 
 
 def comparison_table(comparison: Comparison) -> str:
@@ -249,6 +357,7 @@ def comparison_table(comparison: Comparison) -> str:
     split = rows[0]["split"]
     lines = [f"{split['n_members']} members vs {split['n_non_members']} non-members (split: {split['source']}, "
              f"seed {split['seed']}); every cell audited with the same attacks ({', '.join(rows[0]['attacks'])}). "
+             f"{_blind_baseline(rows[0])} "
              f"Pretrained model: validation perplexity {comparison.pretrained_perplexity:.2f}.", "",
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
@@ -265,7 +374,8 @@ def comparison_table(comparison: Comparison) -> str:
                  f"{row['perplexity']:.2f}", f"{row['train_seconds']:.0f}", overhead, "; ".join(notes)]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "TPR cells: rate (true positives / members) at the best threshold whose FPR stays within the "
-                  "ceiling on the evaluated non-members; the strongest attack is picked after the fact, which "
+                  "ceiling on the evaluated non-members, and the 95 % upper bound on that threshold's FPR for new "
+                  "non-members (strongest attack); the strongest attack is picked after the fact, which "
                   "flatters it; mean cells average rate and count over the attacks. ε is the PRV bound spent by "
                   "DP-LoRA (∞: no DP guarantee). × LoRA: training time over plain LoRA at the base rank (audits "
                   "excluded, and so is SOFT's paraphrasing, done once before training and cached). "

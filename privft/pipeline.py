@@ -14,10 +14,11 @@ from transformers import TrainerCallback
 from privft.audit import AuditConfig
 from privft.callbacks.audit import PrivacyAuditCallback, write_model_card_section
 from privft.callbacks.canary import CanaryCallback
-from privft.callbacks.soft import check_schedule
+from privft.callbacks.soft import check_loss_source, prepare_soft
 from privft.config import from_dict, to_dict
 from privft.data import MembershipSplit, load_corpus, load_texts
 from privft.data.canaries import CanaryPlan
+from privft.defend.rules import check_schedule, get_rule
 from privft.dp import make_private
 from privft.io import atomic_write_text
 from privft.models import DEFAULT_MODEL, cache_dir, hub_lookups_skipped, load_model
@@ -56,12 +57,13 @@ class CanarySettings:
 
 @dataclass
 class SoftSettings:
-    """Selective obfuscation (SOFT); off when `rule` is None, else "paper" or "release"."""
+    """Selective obfuscation (SOFT); off when `rule` is None, else a registered rule (privft.defend.rules.RULES)."""
 
-    rule: str | None = None
+    rule: str | None = None  # "paper", "release", or the controls "all" and "all-after-warmup"
     select_ratio: float | None = None  # release rule only (default 0.5)
-    warmup_epochs: int | None = None  # default: 1 for the paper rule, 0 for the release rule
+    warmup_epochs: int | None = None  # default: the rule's (1 for paper and all-after-warmup, 0 for release and all)
     cumulative: bool = True
+    loss_source: str = "eval"  # "eval": re-score in eval mode at each selection; "training": reuse training passes
     paraphraser: str = "neighbour"
     paraphraser_model: str | None = None  # default: the run's base model
     paraphraser_options: dict[str, Any] = field(default_factory=dict)  # e.g. {"fraction": 0.5} for neighbour
@@ -72,6 +74,7 @@ class SoftSettings:
         """Check the settings now, not after every training text has been paraphrased."""
         try:
             check_schedule(self.rule, self.select_ratio, self.warmup_epochs)
+            check_loss_source(self.loss_source)
         except ValueError as error:  # the same checks as the callback's, named as config keys
             raise ValueError(f"soft.{error}") from None
         if self.paraphraser not in PARAPHRASERS:
@@ -184,8 +187,6 @@ def run_training(config: RunConfig, *, split: MembershipSplit | None = None,
     A given `split` replaces the one drawn from `config.data`; `extra_callbacks` run after
     privft's own (so at the end of training they see the final audit's cached statistics).
     """
-    from privft.defend.soft import prepare_soft
-
     out = Path(config.training.output_dir)
     check_output_dir(out, config)
     split = split or load_split(config.data)
@@ -206,10 +207,11 @@ def run_training(config: RunConfig, *, split: MembershipSplit | None = None,
     if config.soft.rule is not None:
         dataset, soft_callback = prepare_soft(
             tokenizer, train_texts, _obfuscations(config, train_texts, out),
-            split.validation if config.soft.rule == "paper" else None,  # the release rule takes no threshold texts
+            split.validation if get_rule(config.soft.rule).needs_validation else None,
             rule=config.soft.rule, max_length=config.training.max_length, select_ratio=config.soft.select_ratio,
             warmup_epochs=config.soft.warmup_epochs, cumulative=config.soft.cumulative,
-            batch_size=config.audit.batch_size, score_max_length=config.audit.max_length)
+            loss_source=config.soft.loss_source, batch_size=config.audit.batch_size,
+            score_max_length=config.audit.max_length)
         callbacks.append(soft_callback)
     else:
         dataset = tokenize_for_training(tokenizer, train_texts, config.training.max_length)

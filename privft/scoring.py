@@ -31,6 +31,7 @@ DEFAULT_MAX_LENGTH = 1024
 HEAD_CHUNK_ELEMENTS = 2**22  # logits per head block: 16 MiB of fp32, one buffer reused for every block of a run
 STATISTICS_CHUNK_ELEMENTS = 2**18  # logits per statistics slice: 1 MB, so its passes stay in cache
 MIN_STATISTICS_ROWS = 16  # thinner slices fragment the heap: tiny blocks of a 49k vocabulary grew RSS by GBs
+RUNTIME_CONFIG_KEYS = frozenset({"use_cache"})  # config flags that change no score (the Trainer turns use_cache off)
 CANCELLATION_LIMIT = 100.0  # E_p[z']² / σ² above which σ is recomputed centred (≤ ~1e-5 relative error)
 
 
@@ -71,19 +72,42 @@ class ScoringError(ValueError):
     """A text cannot be scored as given."""
 
 
+def _adapters_off(model: PreTrainedModel) -> bool:
+    """Whether `model` carries peft adapter layers and every one of them is disabled and unmerged."""
+    layers = [m for m in model.modules() if hasattr(m, "disable_adapters") and hasattr(m, "active_adapters")]
+    return bool(layers) and all(m.disable_adapters and not getattr(m, "merged", False) for m in layers)
+
+
+def _base_weight_name(name: str) -> str | None:
+    """A peft model's parameter name as the bare base model names it; None for an adapter's own weights."""
+    if ".lora_" in name or name.startswith("lora_"):
+        return None
+    return name.removeprefix("base_model.model.").replace(".base_layer.", ".")
+
+
 def model_fingerprint(model: PreTrainedModel) -> str:
-    """A digest of the model's weights and adapter state, so cached statistics follow the model."""
+    """A digest of the weights that decide the model's outputs, so cached statistics follow the model.
+
+    A peft model whose adapters are all disabled (and unmerged) computes exactly its base model,
+    so it gets the base model's fingerprint: every LoRA cell of a grid then reads the base
+    model's cached reference pass instead of repeating it.
+    """
+    base_only = _adapters_off(model)
     digest = hashlib.sha256(str(getattr(model, "name_or_path", "")).encode())
     for name, tensor in model.state_dict().items():
+        name = _base_weight_name(name) if base_only else name
+        if name is None:
+            continue
         digest.update(name.encode())
         digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
-    # peft's disable_adapter() and set_scale() leave the weights untouched; the flags and scales tell them apart.
+    # peft's set_scale() and merging leave the state dict's keys alone; the flags and scales tell them apart.
     for name, module in model.named_modules():
-        if hasattr(module, "disable_adapters") and hasattr(module, "active_adapters"):
+        if not base_only and hasattr(module, "disable_adapters") and hasattr(module, "active_adapters"):
             state = (module.disable_adapters, module.active_adapters, getattr(module, "scaling", None),
                      getattr(module, "merged", None))
             digest.update(f"{name}:{state}".encode())
-    digest.update(model.config.to_json_string().encode())  # e.g. rope_theta, which no weight records
+    config = {k: v for k, v in model.config.to_dict().items() if k not in RUNTIME_CONFIG_KEYS}
+    digest.update(json.dumps(config, sort_keys=True, default=str).encode())  # e.g. rope_theta, which no weight records
     return digest.hexdigest()[:32]
 
 

@@ -53,10 +53,13 @@ class FinetuneSettings:
     lora: LoraSettings | None = field(default_factory=LoraSettings)  # None: full fine-tuning
 
 
-def tokenize_for_training(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], max_length: int) -> Dataset:
-    """BOS-prefixed token ids, exactly as the audit scores them, truncated (with a warning) to `max_length`."""
+def tokenize_for_training(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str],
+                          max_length: int | None) -> Dataset:
+    """BOS-prefixed token ids, exactly as the audit scores them, truncated (with a warning) to `max_length` if given."""
     start = start_token(tokenizer)
     encoded = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+    if max_length is None:
+        return Dataset.from_dict({"input_ids": [[start, *ids] for ids in encoded]})
     truncated = sum(len(ids) + 1 > max_length for ids in encoded)
     if truncated:
         warnings.warn(f"{truncated} of {len(texts)} training texts exceed max_length={max_length} tokens and are "

@@ -11,6 +11,7 @@ from privft.audit import AuditConfig
 from privft.compare import (
     NO_TRAINING,
     PRETRAINED,
+    CellSpec,
     CompareConfig,
     GridSettings,
     _mean_summary,
@@ -103,3 +104,37 @@ def test_write_default_refuses_an_existing_config(tmp_path):
     with pytest.raises(SystemExit, match=r"compare.yaml already exists.*delete it first, or give another path"):
         main(["compare", str(config), "--write-default"])
     assert config.read_text() == "grid:\n  lora_ranks: [4]\n"
+
+
+def test_the_base_model_is_scored_once_per_grid(config, monkeypatch):
+    """The pretrained row's passes are cached; every LoRA cell's reference (adapters off) reads them."""
+    import privft.scoring as scoring
+
+    passes: list[tuple[str, int]] = []
+    real = scoring._score_sequences
+
+    def recorded(model, sequences, **kwargs):
+        passes.append((kwargs["desc"], len(sequences)))
+        return real(model, sequences, **kwargs)
+
+    monkeypatch.setattr(scoring, "_score_sequences", recorded)
+    config.grid = GridSettings(full_finetune=False, lora_ranks=(2,), soft_rules=(), dp_epsilons=())
+    comparison = run_compare(config)
+    assert [row["name"] for row in comparison.rows] == [PRETRAINED, "LoRA r=4", "LoRA r=2"]
+    reference_passes = [n for desc, n in passes if desc == "reference"]
+    assert reference_passes == [32, 0, 0]  # the 16 + 16 evaluated texts: scored once, then read from the cache
+    assert all(n > 0 for desc, n in passes if desc == "target")  # each trained model is scored afresh
+
+
+def test_named_cells_change_dotted_settings_and_refuse_unknown_ones(config):
+    config.grid = GridSettings(full_finetune=False, lora_ranks=(), soft_rules=(), dp_epsilons=(), cells=(
+        CellSpec("SOFT all, suffix only", set={"soft.rule": "all", "soft.mode": "rewrite-only"}),))
+    cell = grid_cells(config)[-1]
+    assert cell.family == "soft" and cell.config.soft.mode == "rewrite-only"
+    assert cell.config.training.output_dir.endswith("soft-all-suffix-only")
+    config.grid.cells = (CellSpec("typo", set={"soft.rulle": "paper"}),)
+    with pytest.raises(ValueError, match=r"grid.cells 'typo': 'soft.rulle' is not a setting.*'rule'"):
+        grid_cells(config)
+    config.grid.cells = (CellSpec("bad rule", set={"soft.rule": "nope"}),)
+    with pytest.raises(ValueError, match=r"grid.cells 'bad rule'.*soft.rule='nope'"):
+        grid_cells(config)

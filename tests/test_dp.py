@@ -352,7 +352,7 @@ def test_a_model_without_adapters_is_refused(tiny_model, tokenizer, dataset, tmp
 
 
 def test_soft_view_as_training_set_is_refused(lora_model, tokenizer, local_texts, tmp_path):
-    from privft.defend.soft import prepare_soft
+    from privft.callbacks import prepare_soft
 
     texts = [t[:120] for t in local_texts[:12]]
     view, _ = prepare_soft(tokenizer, texts, [t.upper() for t in texts], texts[:2], max_length=48)

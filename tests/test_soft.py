@@ -16,7 +16,7 @@ from transformers import DataCollatorForLanguageModeling, Trainer, TrainerCallba
 
 from privft.callbacks import SelectiveObfuscationCallback
 from privft.defend import ObfuscatedView, paper_rule, release_rule, sample_losses, update_mask
-from privft.defend.soft import prepare_soft
+from privft.callbacks import prepare_soft
 from privft.models import build_tiny_llama
 
 N_TRAIN, N_VALIDATION, BATCH = 16, 8, 8
@@ -291,22 +291,51 @@ def test_train_begin_refuses_set_ups_where_the_mask_cannot_take_effect(tokenizer
 # --- the callback in trl's SFTTrainer --------------------------------------------------------------------------
 
 
-def test_sft_trainer_batches_carry_the_obfuscated_ids(tokenizer, texts, tmp_path):
+MAX_LENGTH = 24  # shorter than every training text below: the trainers truncate
+
+
+def _long_texts(local_texts) -> tuple[list[str], list[str]]:
+    """Texts longer than MAX_LENGTH tokens and their obfuscations; the last two change only past the cut."""
+    long = list(dict.fromkeys(t for t in local_texts if len(t.split()) > 40))[:N_TRAIN]
+    obfuscated = [_obfuscate(t) for t in long[:-2]] + [t + " and so on" for t in long[-2:]]
+    return long, obfuscated
+
+
+def _trainer(kind: str, model, tokenizer, view, callbacks, output_dir: Path):
+    """A Trainer (the view cut by prepare_soft) or an SFTTrainer (its own max_length cuts it) given the view as is."""
+    options = dict(output_dir=str(output_dir), num_train_epochs=1, per_device_train_batch_size=BATCH, seed=0,
+                   use_cpu=True, report_to="none", save_strategy="no", logging_strategy="no", disable_tqdm=True)
+    if kind == "Trainer":
+        return Trainer(model=model, args=TrainingArguments(**options), train_dataset=view, processing_class=tokenizer,
+                       data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False), callbacks=callbacks)
     from trl import SFTConfig, SFTTrainer
 
-    train, obfuscated, _ = texts
-    view, soft = prepare_soft(tokenizer, train, obfuscated, rule="release")
-    model = build_tiny_llama(tokenizer)
-    recorder = BatchRecorder(model, view)
-    config = SFTConfig(output_dir=str(tmp_path), num_train_epochs=2, per_device_train_batch_size=BATCH,
-                       learning_rate=1e-3, seed=0, use_cpu=True, report_to="none", save_strategy="no",
-                       logging_strategy="no", disable_tqdm=True, dataset_kwargs={"skip_prepare_dataset": True})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        trainer = SFTTrainer(model=model, args=config, train_dataset=view.original, processing_class=tokenizer,
-                             callbacks=[soft, recorder])
-    trainer.train_dataset = view  # SFTTrainer accepts only `datasets` datasets at construction
-    trainer.train()
-    assert recorder.masks[0].sum() == N_TRAIN // 2 and recorder.masks[1].all()
-    for epoch in range(2):
-        assert Counter(recorder.rows[epoch]) == recorder.expected(epoch)
+        return SFTTrainer(model=model, args=SFTConfig(max_length=MAX_LENGTH, **options), train_dataset=view,
+                          processing_class=tokenizer, callbacks=callbacks)
+
+
+@pytest.mark.parametrize("kind", ["Trainer", "SFTTrainer"])
+def test_the_collator_receives_every_selected_paraphrase_as_the_trainer_tokenised_it(kind, tokenizer, local_texts,
+                                                                                      tmp_path):
+    from privft.training import tokenize_for_training
+
+    train, obfuscated = _long_texts(local_texts)
+    cut = MAX_LENGTH if kind == "Trainer" else None  # SFTTrainer: one max length applies, the trainer's
+    view, soft = prepare_soft(tokenizer, train, obfuscated, rule="all", max_length=cut)
+    model = build_tiny_llama(tokenizer)
+    recorder = BatchRecorder(model, view)
+    trainer = _trainer(kind, model, tokenizer, view, [soft, recorder], tmp_path)
+    with pytest.warns(UserWarning, match=r"2 of 16 samples selected for obfuscation are served unchanged.*"
+                                         r"prefix_keep_ratio"):
+        trainer.train()
+    served = [tuple(ids[:MAX_LENGTH]) for ids in tokenize_for_training(tokenizer, obfuscated, None)["input_ids"]]
+    assert Counter(recorder.rows[0]) == Counter(served)  # every index, as its paraphrase, cut at the trainer's length
+    assert soft.view.shares_mask_with(view) and len(soft.view) == N_TRAIN
+    (record,) = soft.history
+    assert (record["n_selected"], record["n_served_changed"], record["n_lost_swaps"]) == (16, 14, 2)
+    logged = [entry for entry in trainer.state.log_history if "soft/n_selected" in entry]
+    assert logged[0]["soft/n_selected"] == 16 and logged[0]["soft/n_served_changed"] == 14
+
+

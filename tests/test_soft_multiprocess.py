@@ -29,7 +29,7 @@ SCRIPT = textwrap.dedent('''
     from privft.callbacks import CanaryCallback, PrivacyAuditCallback
     from privft.data import MembershipSplit
     from privft.data.canaries import CanaryPlan
-    from privft.defend.soft import prepare_soft
+    from privft.callbacks import prepare_soft
     from privft.models import build_tiny_llama, train_bpe_tokenizer
 
     out, n_train, epochs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])

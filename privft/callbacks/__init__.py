@@ -6,10 +6,10 @@ DP-SGD needs; do not add it by hand.
 
 from privft.callbacks.audit import PrivacyAuditCallback, write_model_card_section
 from privft.callbacks.canary import CanaryCallback, measure_exposure
-from privft.callbacks.soft import SelectiveObfuscationCallback
+from privft.callbacks.soft import SelectiveObfuscationCallback, prepare_soft
 from privft.dp.callback import DPLoraCallback
 
 __all__ = [
-    "CanaryCallback", "DPLoraCallback", "PrivacyAuditCallback", "SelectiveObfuscationCallback", "measure_exposure",
+    "CanaryCallback", "DPLoraCallback", "PrivacyAuditCallback", "SelectiveObfuscationCallback", "measure_exposure", "prepare_soft",
     "write_model_card_section",
 ]

@@ -1,10 +1,10 @@
 """SOFT (selective obfuscation) as a Trainer callback: swap likely-memorised samples for their paraphrases.
 
-At the start of each epoch from `warmup_epochs` on, the callback scores the *original* training
-texts with the current model (eval mode, no gradients, the audit's per-token loss), picks the
-samples to obfuscate with the chosen rule, and sets the `ObfuscatedView`'s mask, so the batches
-of that epoch carry the obfuscated ids for the selected samples (see `privft.defend.view` for
-why this takes effect when reassigning the dataset does not).
+At the start of each epoch from the warm-up on, the callback reads each open sample's loss (the
+audit's per-token loss: scored in eval mode, or recorded from the previous epoch's training
+passes), lets the selection rule pick the samples to obfuscate, and sets the `ObfuscatedView`'s
+mask, so that epoch's batches carry the obfuscated version of the selected samples (see
+`privft.defend.view` for why this takes effect when reassigning the dataset does not).
 """
 
 from __future__ import annotations
@@ -28,14 +28,14 @@ from transformers.trainer_callback import ExportableState
 
 from privft.data.loaders import check_texts
 from privft.defend.distributed import on_main_then_broadcast
-from privft.defend.losses import sample_losses
-from privft.defend.selection import check_select_ratio, mean_losses, paper_rule, release_rule, update_mask
+from privft.defend.losses import TrainingPassLosses, sample_losses
+from privft.defend.rules import check_schedule, get_rule
+from privft.defend.selection import mean_losses, update_mask
 from privft.defend.view import ObfuscatedView
+from privft.training import tokenize_for_training
 
-RULES = ("paper", "release")
-DEFAULT_WARMUP_EPOCHS = {"paper": 1, "release": 0}
-DEFAULT_SELECT_RATIO = 0.5
 LOG_PREFIX = "soft/"
+LOSS_SOURCES = ("eval", "training")
 
 
 def _epoch_index(epoch: float | None) -> int:
@@ -43,63 +43,52 @@ def _epoch_index(epoch: float | None) -> int:
     return 0 if epoch is None else math.floor(epoch + 1e-6)
 
 
-def check_schedule(rule: str | None, select_ratio: float | None, warmup_epochs: int | None) -> None:
-    """Refuse an unknown rule, a `select_ratio` outside (0, 1] or with the paper rule, and a negative warm-up.
+def check_loss_source(loss_source: str) -> str:
+    """`loss_source` if it is one of LOSS_SOURCES, else a ValueError saying what each means."""
+    if loss_source not in LOSS_SOURCES:
+        raise ValueError(f"loss_source={loss_source!r} must be 'eval' (re-score the texts in eval mode at each "
+                         "selection, as the paper) or 'training' (reuse the training passes' per-sample losses).")
+    return loss_source
 
-    `rule=None` (SOFT off in a config) checks the values alone.
-    """
-    if rule is not None and rule not in RULES:
-        raise ValueError(f"rule={rule!r} is not one of {RULES}.")
-    if select_ratio is not None:
-        if rule == "paper":
-            raise ValueError("select_ratio applies to rule='release' only; the paper rule selects samples below "
-                             "the validation loss τ.")
-        check_select_ratio(select_ratio)
-    if warmup_epochs is not None and (isinstance(warmup_epochs, bool) or not isinstance(warmup_epochs, int)
-                                      or warmup_epochs < 0):
-        raise ValueError(f"warmup_epochs={warmup_epochs!r} must be an integer >= 0 (epochs trained on the "
-                         "original texts before the first selection).")
+
+def lost_swap_warning(n_lost: int, n_selected: int) -> str:
+    """The warning for selected samples whose served tokens equal their original's, with what to change."""
+    return (f"{n_lost} of {n_selected} samples selected for obfuscation are served unchanged: after the trainer's "
+            "tokenisation and truncation their obfuscated tokens equal the original's (the rewritten part was cut "
+            "off, or the paraphrase changed nothing). They are not counted as obfuscated (soft/n_served_changed). "
+            "Lower prefix_keep_ratio, raise the trainer's max_length, or use mode='rewrite-only'.")
 
 
 class SelectiveObfuscationCallback(TrainerCallback, ExportableState):
     """Re-select, at each epoch start after warm-up, which training samples the `ObfuscatedView` serves obfuscated.
 
-    Rules (pure functions in `privft.defend.selection`):
+    Rules are registered classes (`privft.defend.rules`): ``"paper"`` (τ = mean loss of
+    `validation_texts`, held out and re-scored every epoch; select loss < τ; warm-up 1 epoch),
+    ``"release"`` (the released code: the lowest-loss `select_ratio` share, default 0.5, then
+    every sample; warm-up 0), and the non-selective controls ``"all"`` (every sample from the
+    first epoch) and ``"all-after-warmup"``.
 
-    - ``"paper"``: τ = mean loss of `validation_texts` (held out, never trained on), re-scored
-      every epoch; samples with loss < τ are selected. Default warm-up: 1 epoch, so the first
-      selection is made by a model that has seen the data once.
-    - ``"release"``: the released code's schedule: the lowest-loss `select_ratio` share (default
-      0.5) at the first selection, every sample afterwards. Default warm-up: 0, as released (the
-      first selection is then made by the pretrained model).
+    `loss_source` says where the training samples' losses come from: ``"eval"`` re-scores the
+    original texts in eval mode without gradients at each selection (paper-faithful);
+    ``"training"`` reuses the per-sample losses of the previous epoch's training forward
+    passes (`TrainingPassLosses`, no extra pass; a sample not yet trained on, as at a selection
+    before any step, is scored in eval mode). Validation texts are always scored in eval mode.
 
     `cumulative=True` (the default) ORs each new selection into the previous mask: once a sample
-    has been judged memorised its original is never trained on again, whereas a fresh selection
-    (`cumulative=False`) would serve it as written again once its loss rises above τ, re-exposing
-    exactly the samples the defence singled out. The release rule is cumulative by construction.
+    has been judged memorised its original is never trained on again. The release rule is
+    cumulative by construction.
 
-    Every selection runs on global rank 0 and is broadcast, so all ranks serve the same mask;
-    sharded set-ups (FSDP, DeepSpeed ZeRO-3) are refused because rank 0 cannot run the forward
-    pass alone. Each selection is appended to ``state.log_history`` (keys ``soft/tau``,
-    ``soft/n_selected``, ``soft/n_total``, ``soft/n_scored``, ``soft/mean_loss_selected``,
-    ``soft/mean_loss_unselected``, plus ``epoch`` and ``step``) and to `history`. A cumulative
-    selection re-scores only the samples not yet obfuscated, the only ones whose fate is open.
+    The callback binds to the view the trainer really serves (a trainer that prepares its
+    dataset with ``map``/``remove_columns``, as trl's `SFTTrainer` does, serves a view derived
+    from the one given, sharing its mask) and compares the two versions there, in tokens: a
+    selected sample whose served tokens equal its original's is not counted as obfuscated.
+    Each selection is appended to ``state.log_history`` (``soft/n_selected``,
+    ``soft/n_served_changed``, ``soft/tau``, ``soft/n_scored``, mean losses) and to `history`.
 
-    Checkpoints: the mask and `history` are saved in ``trainer_state.json`` (with the options,
-    including the validation texts). With ``restore_callback_states_from_checkpoint=True`` the
-    Trainer rebuilds this callback from that state when resuming; the rebuilt instance, which
-    replaces this one in ``trainer.callback_handler``, takes the view from the Trainer's
-    training dataloader and the tokenizer from ``processing_class``, so pass
-    ``processing_class=tokenizer`` to the Trainer, and read the resumed run's history from the
-    callback in ``trainer.callback_handler.callbacks``.
-
-    Use with ``transformers.Trainer``: pass the view as ``train_dataset``. With trl's
-    ``SFTTrainer`` (which accepts only ``datasets`` datasets): pass ``view.original`` as
-    ``train_dataset`` with ``SFTConfig(dataset_kwargs={"skip_prepare_dataset": True})`` (the ids
-    are already tokenized, BOS-prefixed, as the audit scores them), then set
-    ``trainer.train_dataset = view`` before ``trainer.train()``. In both cases keep
-    ``dataloader_persistent_workers=False``. The callback checks at train start that the
-    Trainer really serves the view and raises otherwise.
+    Every selection runs on global rank 0 and is broadcast; sharded set-ups (FSDP, DeepSpeed
+    ZeRO-3) are refused. The mask and `history` are saved with each checkpoint
+    (``restore_callback_states_from_checkpoint=True`` rebuilds this callback; pass
+    ``processing_class=tokenizer`` to the Trainer). Keep ``dataloader_persistent_workers=False``.
     """
 
     def __init__(
@@ -112,21 +101,21 @@ class SelectiveObfuscationCallback(TrainerCallback, ExportableState):
         select_ratio: float | None = None,
         warmup_epochs: int | None = None,
         cumulative: bool = True,
+        loss_source: str = "eval",
         batch_size: int = 8,
         max_length: int | None = None,
     ) -> None:
         check_schedule(rule, select_ratio, warmup_epochs)
-        if rule == "paper":
+        self.selection_rule = get_rule(rule)(select_ratio=select_ratio)
+        if self.selection_rule.needs_validation:
             if not validation_texts:
-                raise ValueError("rule='paper' needs validation_texts: held-out texts (never trained on) whose mean "
+                raise ValueError(f"rule={rule!r} needs validation_texts: held-out texts (never trained on) whose mean "
                                  "loss is the selection threshold τ.")
             validation_texts = check_texts(validation_texts, "validation_texts")
+        elif validation_texts:
+            raise ValueError(f"rule={rule!r} does not use validation_texts; drop them or use rule='paper'.")
         else:
-            if validation_texts:
-                raise ValueError("rule='release' does not use validation_texts; drop them or use rule='paper'.")
             validation_texts = None
-            select_ratio = check_select_ratio(DEFAULT_SELECT_RATIO if select_ratio is None else select_ratio)
-        warmup_epochs = DEFAULT_WARMUP_EPOCHS[rule] if warmup_epochs is None else warmup_epochs
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size={batch_size!r} must be a positive integer (texts per scoring batch).")
         if view is not None and not isinstance(view, ObfuscatedView):
@@ -135,13 +124,16 @@ class SelectiveObfuscationCallback(TrainerCallback, ExportableState):
         self.tokenizer = tokenizer
         self.rule = rule
         self.validation_texts = validation_texts
-        self.select_ratio = select_ratio
-        self.warmup_epochs = warmup_epochs
+        self.select_ratio = self.selection_rule.select_ratio
+        self.warmup_epochs = self.selection_rule.default_warmup_epochs if warmup_epochs is None else warmup_epochs
         self.cumulative = bool(cumulative)
+        self.loss_source = check_loss_source(loss_source)
         self.batch_size = batch_size
         self.max_length = max_length
         self.mask: np.ndarray | None = None  # the mask of the latest selection; None before the first
         self.history: list[dict[str, Any]] = []  # one record per selection
+        self.changed: np.ndarray | None = None  # per sample: its served obfuscated tokens differ from the original's
+        self._training_losses: TrainingPassLosses | None = None
 
     def state(self) -> dict[str, Any]:
         """Options and selection state as JSON-ready data, saved by the Trainer with each checkpoint."""
@@ -152,6 +144,7 @@ class SelectiveObfuscationCallback(TrainerCallback, ExportableState):
                 "select_ratio": self.select_ratio,
                 "warmup_epochs": self.warmup_epochs,
                 "cumulative": self.cumulative,
+                "loss_source": self.loss_source,
                 "batch_size": self.batch_size,
                 "max_length": self.max_length,
             },
@@ -162,8 +155,9 @@ class SelectiveObfuscationCallback(TrainerCallback, ExportableState):
         }
 
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
-                       train_dataloader: Any = None, processing_class: Any = None, **kwargs: Any) -> None:
-        """Check the set-up, bind the view and tokenizer, and serve the current (or restored) mask."""
+                       train_dataloader: Any = None, processing_class: Any = None, model: Any = None,
+                       **kwargs: Any) -> None:
+        """Check the set-up, bind the served view and tokenizer, count the real swaps, serve the current mask."""
         if args.dataloader_persistent_workers:
             raise ValueError("SelectiveObfuscationCallback needs dataloader_persistent_workers=False: persistent "
                              "workers keep the dataset copy of the first epoch and never see a new mask.")
@@ -183,8 +177,22 @@ class SelectiveObfuscationCallback(TrainerCallback, ExportableState):
             raise ValueError(f"warmup_epochs={self.warmup_epochs} leaves no epoch for a selection in a run of "
                              f"{state.num_train_epochs} epoch(s), so nothing would be obfuscated; train longer or "
                              "lower warmup_epochs.")
+        served_ids = "input_ids" in self.view.column_names
+        self.changed = self.view.served_changed() if served_ids else None
+        if self.loss_source == "training":
+            if not served_ids:
+                raise ValueError("loss_source='training' recognises samples by their served token ids, but the "
+                                 f"served view has no 'input_ids' column ({self.view.column_names}).")
+            self._training_losses = TrainingPassLosses(self.view.original["input_ids"])
+            self._training_losses.attach(model)
         self.mask = None if self.mask is None else np.asarray(self.mask, dtype=bool)
         self.view.set_mask(np.zeros(len(self.view), dtype=bool) if self.mask is None else self.mask)
+
+    def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
+                     **kwargs: Any) -> None:
+        """Stop recording training-pass losses."""
+        if self._training_losses is not None:
+            self._training_losses.detach()
 
     def on_epoch_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                        model: PreTrainedModel | None = None, **kwargs: Any) -> None:
@@ -196,46 +204,103 @@ class SelectiveObfuscationCallback(TrainerCallback, ExportableState):
         self.mask = mask
         self.view.set_mask(mask)
         self.history.append(record)
+        if record["n_lost_swaps"]:
+            warnings.warn(lost_swap_warning(record["n_lost_swaps"], record["n_selected"]), stacklevel=2)
         logged = {LOG_PREFIX + key: value for key, value in record.items()
-                  if key not in ("epoch", "step", "rule") and value is not None}
+                  if key not in ("epoch", "step", "rule", "loss_source") and value is not None}
         state.log_history.append({**logged, "epoch": state.epoch, "step": state.global_step})
 
     def _served_view(self, served: Any) -> ObfuscatedView:
-        """The view the Trainer's dataloader serves, checked against the one this callback was given."""
-        if self.view is None and isinstance(served, ObfuscatedView):
+        """The view the Trainer's dataloader serves: this callback's view or one derived from it."""
+        if isinstance(served, ObfuscatedView) and (self.view is None or self.view.shares_mask_with(served)):
             return served
-        if served is self.view:
-            return self.view
         raise ValueError(
-            f"The Trainer serves a {type(served).__name__}, not this callback's ObfuscatedView, so a new mask "
-            "would never reach the batches. Pass the view as train_dataset (with SFTTrainer: set "
-            "trainer.train_dataset = view before trainer.train()).")
+            f"The Trainer serves a {type(served).__name__}, not this callback's ObfuscatedView (or a view derived "
+            "from it), so a new mask would never reach the batches. Pass the view as train_dataset.")
+
+    def _losses(self, model: PreTrainedModel, indices: np.ndarray) -> tuple[np.ndarray, int]:
+        """The losses of the samples at `indices`, and how many of them were scored in eval mode."""
+        losses = np.full(indices.size, np.nan)
+        if self._training_losses is not None:
+            losses = self._training_losses.losses[indices].copy()
+        unseen = np.flatnonzero(np.isnan(losses))
+        losses[unseen] = sample_losses(model, self.tokenizer, [self.view.texts[indices[i]] for i in unseen],
+                                       batch_size=self.batch_size, max_length=self.max_length)
+        return losses, int(unseen.size)
 
     def _select(self, model: PreTrainedModel, epoch: int, step: int) -> tuple[np.ndarray, dict[str, Any]]:
-        """Score the original texts that can still change the mask, apply the rule, and summarise it.
+        """Read the losses of the samples that can still change the mask, apply the rule, and summarise it.
 
         Under a cumulative selection a sample already obfuscated stays so whatever its loss, so
-        only the others are scored (the release rule's later selections, which take every
-        sample, score nothing). The logged mean losses are over the samples scored this time:
+        only the others are read. The logged mean losses are over the samples read this time:
         those newly selected against those left as written.
         """
         previous = np.zeros(len(self.view), dtype=bool) if self.mask is None or not self.cumulative else self.mask
         open_indices = np.flatnonzero(~previous)
-        later_release = self.rule == "release" and bool(self.history)
-        scored = open_indices[:0] if later_release else open_indices
-        score = dict(batch_size=self.batch_size, max_length=self.max_length)
-        losses = sample_losses(model, self.tokenizer, [self.view.texts[i] for i in scored], **score)
-        new, tau = previous.copy(), None
-        if later_release:
-            new[:] = True
-        elif scored.size and self.rule == "paper":
-            validation = sample_losses(model, self.tokenizer, self.validation_texts, desc="SOFT validation", **score)
-            new[scored], tau = paper_rule(losses, validation)
-        elif scored.size:
-            new[scored] = release_rule(losses, self.select_ratio, selection_index=0)
+        index = len(self.history)
+        reads = open_indices.size > 0 and self.selection_rule.needs_losses(index)
+        losses, n_eval = self._losses(model, open_indices) if reads else (None, 0)
+        validation = None
+        if reads and self.selection_rule.needs_validation:
+            validation = sample_losses(model, self.tokenizer, self.validation_texts, desc="SOFT validation",
+                                       batch_size=self.batch_size, max_length=self.max_length)
+        new = previous.copy()
+        tau = None
+        if open_indices.size:
+            decision = self.selection_rule.select(open_indices.size, losses, validation, index)
+            new[open_indices], tau = decision.mask, decision.tau
         mask = update_mask(self.mask, new, cumulative=self.cumulative)
-        selected, unselected = mean_losses(losses, mask[scored]) if scored.size else (None, None)
-        record = {"epoch": epoch, "step": step, "rule": self.rule, "tau": tau, "n_selected": int(mask.sum()),
-                  "n_total": int(mask.size), "n_scored": int(scored.size), "mean_loss_selected": selected,
-                  "mean_loss_unselected": unselected}
+        selected, unselected = mean_losses(losses, mask[open_indices]) if reads else (None, None)
+        changed = np.ones(mask.size, dtype=bool) if self.changed is None else self.changed
+        record = {"epoch": epoch, "step": step, "rule": self.rule, "loss_source": self.loss_source, "tau": tau,
+                  "n_selected": int(mask.sum()), "n_served_changed": int((mask & changed).sum()),
+                  "n_lost_swaps": int((mask & ~changed).sum()), "n_total": int(mask.size),
+                  "n_scored": int(open_indices.size) if reads else 0, "n_scored_eval": n_eval,
+                  "mean_loss_selected": selected, "mean_loss_unselected": unselected}
         return mask, record
+
+
+def prepare_soft(
+    tokenizer: PreTrainedTokenizerBase,
+    train_texts: Sequence[str],
+    obfuscated_texts: Sequence[str],
+    validation_texts: Sequence[str] | None = None,
+    *,
+    rule: str = "paper",
+    max_length: int | None = None,
+    select_ratio: float | None = None,
+    warmup_epochs: int | None = None,
+    cumulative: bool = True,
+    loss_source: str = "eval",
+    batch_size: int = 8,
+    score_max_length: int | None = None,
+) -> tuple[ObfuscatedView, SelectiveObfuscationCallback]:
+    """The training view (a `datasets.Dataset`) and its SOFT callback; `obfuscated_texts[i]` replaces `train_texts[i]`.
+
+    Both versions are tokenized as `privft.training` does (BOS first). `max_length` cuts them
+    for a plain `Trainer`, which does not truncate; leave it None with trl's `SFTTrainer`, whose
+    own ``max_length`` then applies to both. `score_max_length` is the selection's scoring
+    window (give the audit's, so both read the same losses); the other options are
+    `SelectiveObfuscationCallback`'s. Typical use (Trainer or SFTTrainer alike)::
+
+        view, soft = prepare_soft(tokenizer, train_texts, [r.text for r in obfuscations], validation_texts)
+        trainer = SFTTrainer(model, args=SFTConfig(max_length=256, ...), train_dataset=view,
+                             processing_class=tokenizer, callbacks=[soft])
+        trainer.train()
+    """
+    train_texts = check_texts(train_texts, "train_texts")
+    obfuscated_texts = check_texts(obfuscated_texts, "obfuscated_texts")
+    if len(train_texts) != len(obfuscated_texts):
+        raise ValueError(f"train_texts ({len(train_texts)}) and obfuscated_texts ({len(obfuscated_texts)}) must pair "
+                         "up one to one, in the same order.")
+    unchanged = sum(a == b for a, b in zip(train_texts, obfuscated_texts))
+    if unchanged:
+        warnings.warn(f"{unchanged} of {len(train_texts)} obfuscated texts equal their original; selecting them "
+                      "protects nothing.", stacklevel=2)
+    view = ObfuscatedView(tokenize_for_training(tokenizer, train_texts, max_length),
+                          tokenize_for_training(tokenizer, obfuscated_texts, max_length), train_texts)
+    callback = SelectiveObfuscationCallback(
+        view, tokenizer, rule=rule, validation_texts=validation_texts, select_ratio=select_ratio,
+        warmup_epochs=warmup_epochs, cumulative=cumulative, loss_source=loss_source, batch_size=batch_size,
+        max_length=score_max_length)
+    return view, callback

@@ -1,17 +1,22 @@
 """Training-time defences. SOFT: serve likely-memorised samples as their obfuscations (paraphrases).
 
-Add SOFT to a script with `privft.defend.soft.prepare_soft` (imported from its module, because
-it builds the callback in `privft.callbacks.soft`, which itself imports this package).
+The parts: the dataset view, the selection rules (a registry), the per-sample losses they read.
+Add SOFT to a script with `privft.callbacks.prepare_soft`, which wires them to the callback.
 """
 
 from privft.defend.distributed import MainProcessError, on_main_then_broadcast
-from privft.defend.losses import sample_losses
+from privft.defend.losses import TrainingPassLosses, sample_losses
+from privft.defend.rules import RULES, SelectionRule, get_rule
 from privft.defend.selection import check_select_ratio, mean_losses, paper_rule, release_rule, update_mask
 from privft.defend.view import ObfuscatedView
 
 __all__ = [
     "MainProcessError",
     "ObfuscatedView",
+    "RULES",
+    "SelectionRule",
+    "TrainingPassLosses",
+    "get_rule",
     "check_select_ratio",
     "mean_losses",
     "on_main_then_broadcast",
