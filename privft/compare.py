@@ -19,13 +19,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+from transformers import PreTrainedModel, TrainerCallback
+
 from privft.audit import run_audit
 from privft.config import from_dict, save_yaml, to_dict
 from privft.defend.rules import get_rule
 from privft.io import atomic_write_bytes, atomic_write_text
-from privft.metrics import AttackMetrics
-from privft.models import load_model
-from privft.pipeline import RunConfig, RunResult, load_split, run_training
+from privft.metrics import AttackMetrics, evaluate_attack
+from privft.models import cache_dir, load_model
+from privft.paper.adaptive import adaptive_scores
+from privft.paraphrase import ParaphraseCache
+from privft.pipeline import RunConfig, RunResult, load_split, run_training, soft_paraphraser
+from privft.scoring import StatsCache
 from privft.report import package_versions
 
 MIN_PERPLEXITY_GAIN = 0.01
@@ -49,6 +55,20 @@ class CellSpec:
 
 
 @dataclass
+class AdaptiveSettings:
+    """The adaptive attackers who know the defence (`privft.paper.adaptive`), run on every trained cell.
+
+    They score a seeded subsample of the split (their rewrites cost a paraphrase per text);
+    0 members turns them off.
+    """
+
+    n_members: int = 0
+    n_non_members: int = 0
+    attacker_fraction: float = 0.3  # the attacker's guess at a word-swap paraphraser's swap fraction
+    seed: int = 0
+
+
+@dataclass
 class GridSettings:
     """The cells beside the base run's plain LoRA (`run.training.lora`, always included).
 
@@ -63,6 +83,7 @@ class GridSettings:
     full_learning_rate: float | None = None  # None: run.training.learning_rate (full fine-tuning often wants less)
     dp_learning_rate: float | None = None  # None: run.training.learning_rate (DP-SGD often wants more)
     cells: tuple[CellSpec, ...] = ()  # further cells, each the base run with a few settings changed
+    adaptive: AdaptiveSettings = field(default_factory=AdaptiveSettings)
 
 
 @dataclass
@@ -251,13 +272,46 @@ class Comparison:
                                           "pretrained model's", "rows": self.rows, "versions": package_versions()}
 
 
+class AdaptiveAudit(TrainerCallback):
+    """At the end of training, the two adaptive attackers on a seeded subsample of the cell's split."""
+
+    def __init__(self, config: RunConfig, settings: AdaptiveSettings) -> None:
+        self.config, self.settings = config, settings
+        self.result: dict[str, Any] | None = None
+
+    def on_train_end(self, args: Any, state: Any, control: Any, model: PreTrainedModel | None = None,
+                     processing_class: Any = None, **kwargs: Any) -> None:
+        """Score the subsample with the non-adaptive Ratio attack and both adaptive attackers."""
+        config, settings = self.config, self.settings
+        split = load_split(config.data)
+        rng = np.random.default_rng(settings.seed)
+        members = sorted(rng.choice(len(split.members), settings.n_members, replace=False))
+        non_members = sorted(rng.choice(len(split.non_members), settings.n_non_members, replace=False))
+        texts = [split.members[i] for i in members] + [split.non_members[i] for i in non_members]
+        labels = np.repeat([1, 0], [len(members), len(non_members)])
+        swaps = {"fraction": settings.attacker_fraction} if config.soft.paraphraser == "neighbour" else {}
+        reference = load_model(config.model)[0]
+        cache = StatsCache(config.audit.cache_dir) if config.audit.cache_dir else None
+        scores = adaptive_scores(model.eval(), reference, processing_class, texts, soft_paraphraser(config, **swaps),
+                                 prefix_keep_ratio=config.soft.prefix_keep_ratio, cache=cache,
+                                 paraphrase_cache=ParaphraseCache(cache_dir() / "paraphrases"),
+                                 batch_size=config.audit.batch_size)
+        self.result = {name: _attack_summary(evaluate_attack(labels, values, max_fprs=config.audit.max_fprs,
+                                                             n_bootstrap=config.audit.n_bootstrap,
+                                                             seed=config.audit.seed))
+                       for name, values in scores.items()}
+
+
 def _finish_rows(rows: list[dict[str, Any]], reference_perplexity: float) -> None:
-    """Add the overhead against plain LoRA at the base rank (the first LoRA row) and the no-training flag."""
-    baseline = next(row["train_seconds"] for row in rows if row["family"] == "lora")
+    """Add the overhead against plain LoRA at the base rank (the first LoRA row), the no-training flag, and the
+    share of plain LoRA's perplexity gain each cell keeps, (ppl_pretrained − ppl_cell) / (ppl_pretrained − ppl_LoRA)."""
+    lora = next(row for row in rows if row["family"] == "lora")
+    baseline, gain = lora["train_seconds"], reference_perplexity - lora["perplexity"]
     for row in rows:
         trained = row["family"] != "pretrained"
         row["overhead_vs_lora"] = row["train_seconds"] / baseline if trained and baseline > 0 else None
         row["learned"] = not trained or row["perplexity"] < reference_perplexity * (1 - MIN_PERPLEXITY_GAIN)
+        row["gain_share"] = (reference_perplexity - row["perplexity"]) / gain if trained and gain > 0 else None
 
 
 def _finished_row(path: Path, cell: Cell) -> dict[str, Any] | None:
@@ -305,9 +359,14 @@ def run_compare(config: CompareConfig) -> Comparison:
             continue
         print(_progress(index, cells, todo, seconds), flush=True)
         start = time.perf_counter()
-        result = audit_pretrained(cell.config) if cell.family == "pretrained" else run_training(cell.config)
+        adaptive = AdaptiveAudit(cell.config, config.grid.adaptive) if config.grid.adaptive.n_members else None
+        if cell.family == "pretrained":
+            result = audit_pretrained(cell.config)
+        else:
+            result = run_training(cell.config, extra_callbacks=[adaptive] if adaptive else [])
         seconds.append(time.perf_counter() - start)
-        rows[index] = {**cell_row(cell, result), "cell_seconds": seconds[-1]}
+        rows[index] = {**cell_row(cell, result), "adaptive": adaptive.result if adaptive else None,
+                       "cell_seconds": seconds[-1]}
         atomic_write_text(path, json.dumps(rows[index], indent=1))
         todo.remove(cell)
         ran.append(cell.name)
@@ -353,7 +412,8 @@ def comparison_table(comparison: Comparison) -> str:
     fprs = [t["max_fpr"] for t in rows[0]["strongest"]["tpr"]]
     fpr_names = [f"{f * 100:g} %" for f in fprs]
     header = ["Cell", "ε (δ)", "Strongest attack: AUC [95 % CI]", *[f"TPR@{f}" for f in fpr_names],
-              "Mean AUC", *[f"Mean TPR@{f}" for f in fpr_names], "Val. ppl", "Train s", "× LoRA", "Note"]
+              "Mean AUC", *[f"Mean TPR@{f}" for f in fpr_names], "Val. ppl", "Gain kept", "Canary exposure",
+              "Train s", "× LoRA", "Note"]
     split = rows[0]["split"]
     lines = [f"{split['n_members']} members vs {split['n_non_members']} non-members (split: {split['source']}, "
              f"seed {split['seed']}); every cell audited with the same attacks ({', '.join(rows[0]['attacks'])}). "
@@ -368,10 +428,15 @@ def comparison_table(comparison: Comparison) -> str:
         notes = ([] if row["learned"] else [NO_TRAINING]) + (["⚠ distribution shift"] if row["distribution_shift"]
                                                              else [])
         overhead = f"{row['overhead_vs_lora']:.2f}" if row["overhead_vs_lora"] is not None else "n/a"
+        gain = f"{row['gain_share']:.0%}" if row.get("gain_share") is not None else "n/a"
+        exposure = row.get("canary_exposure")
+        exposure = (f"{exposure['mean_exposure']:.1f} / {exposure['max_measurable']:.1f} bits" if exposure
+                    else "n/a")
         cells = [row["name"], epsilon,
                  f"{row['strongest_attack']} {s['auc']:.3f} [{s['auc_ci'][0]:.2f}, {s['auc_ci'][1]:.2f}]",
                  *[_rate(t) for t in s["tpr"]], f"{m['auc']:.3f}", *[_rate(t, mean=True) for t in m["tpr"]],
-                 f"{row['perplexity']:.2f}", f"{row['train_seconds']:.0f}", overhead, "; ".join(notes)]
+                 f"{row['perplexity']:.2f}", gain, exposure, f"{row['train_seconds']:.0f}", overhead,
+                 "; ".join(notes)]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "TPR cells: rate (true positives / members) at the best threshold whose FPR stays within the "
                   "ceiling on the evaluated non-members, and the 95 % upper bound on that threshold's FPR for new "
@@ -380,7 +445,28 @@ def comparison_table(comparison: Comparison) -> str:
                   "DP-LoRA (∞: no DP guarantee). × LoRA: training time over plain LoRA at the base rank (audits "
                   "excluded, and so is SOFT's paraphrasing, done once before training and cached). "
                   f"{NO_TRAINING}: validation perplexity not at least {MIN_PERPLEXITY_GAIN:.0%} below the "
-                  "pretrained model's."]
+                  "pretrained model's. Gain kept: the share of plain LoRA's perplexity gain the cell keeps. Canary "
+                  "exposure: mean over canaries, of the most a rank among the alternatives can show."]
+    return "\n".join(lines) + "\n" + adaptive_table(rows)
+
+
+def adaptive_table(rows: list[dict[str, Any]]) -> str:
+    """The adaptive attackers per cell (AUC and TPR with counts on their subsample); empty when none ran."""
+    measured = [row for row in rows if row.get("adaptive")]
+    if not measured:
+        return ""
+    names = list(measured[0]["adaptive"])
+    fprs = [f"{t['max_fpr'] * 100:g} %" for t in measured[0]["adaptive"][names[0]]["tpr"]]
+    first = measured[0]["adaptive"][names[0]]["tpr"][0]
+    header = ["Cell", *[f"{name}: AUC [95 % CI], TPR@{fprs[0]}" for name in names]]
+    lines = ["", f"### Attackers who know the defence ({first['n_members']} members vs {first['n_non_members']} "
+                 "non-members, a seeded subsample)", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in measured:
+        cells = [row["name"]]
+        for name in names:
+            m = row["adaptive"][name]
+            cells.append(f"{m['auc']:.3f} [{m['auc_ci'][0]:.2f}, {m['auc_ci'][1]:.2f}], {_rate(m['tpr'][0])}")
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -22,7 +22,7 @@ from privft.defend.rules import check_schedule, get_rule
 from privft.dp import make_private
 from privft.io import atomic_write_text
 from privft.models import DEFAULT_MODEL, cache_dir, hub_lookups_skipped, load_model
-from privft.paraphrase import ParaphraseCache, build_paraphraser, obfuscate
+from privft.paraphrase import ParaphraseCache, Paraphraser, build_paraphraser, obfuscate
 from privft.paraphrase.obfuscate import MODES
 from privft.paraphrase.registry import PARAPHRASERS
 from privft.report import AuditReport, package_versions
@@ -150,11 +150,17 @@ def _canary_plan(settings: CanarySettings, seed: int) -> CanaryPlan | None:
                       n_alternatives=settings.n_alternatives, seed=seed)
 
 
+def soft_paraphraser(config: RunConfig, **overrides: Any) -> Paraphraser:
+    """The run's SOFT paraphraser (`overrides` replace some of its options), on the run's model unless set."""
+    soft = config.soft
+    options = {"model": soft.paraphraser_model or config.model} if soft.paraphraser != "wordnet" else {}
+    return build_paraphraser(soft.paraphraser, **options, **{**soft.paraphraser_options, **overrides})
+
+
 def _obfuscations(config: RunConfig, texts: list[str], out: Path) -> list[str]:
     """Local paraphrases of the training texts, cached by content hash under the user's cache."""
     soft = config.soft
-    options = {"model": soft.paraphraser_model or config.model} if soft.paraphraser != "wordnet" else {}
-    paraphraser = build_paraphraser(soft.paraphraser, **options, **soft.paraphraser_options)
+    paraphraser = soft_paraphraser(config)
     results = obfuscate(texts, paraphraser, prefix_keep_ratio=soft.prefix_keep_ratio, mode=soft.mode,
                         cache=ParaphraseCache(cache_dir() / "paraphrases"), seed=config.data.seed)
     atomic_write_text(out / "obfuscations.json", json.dumps(

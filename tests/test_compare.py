@@ -9,6 +9,7 @@ import pytest
 
 from privft.audit import AuditConfig
 from privft.compare import (
+    AdaptiveSettings,
     NO_TRAINING,
     PRETRAINED,
     CellSpec,
@@ -118,12 +119,19 @@ def test_the_base_model_is_scored_once_per_grid(config, monkeypatch):
         return real(model, sequences, **kwargs)
 
     monkeypatch.setattr(scoring, "_score_sequences", recorded)
-    config.grid = GridSettings(full_finetune=False, lora_ranks=(2,), soft_rules=(), dp_epsilons=())
+    config.grid = GridSettings(full_finetune=False, lora_ranks=(2,), soft_rules=(), dp_epsilons=(),
+                               adaptive=AdaptiveSettings(n_members=4, n_non_members=6))
     comparison = run_compare(config)
     assert [row["name"] for row in comparison.rows] == [PRETRAINED, "LoRA r=4", "LoRA r=2"]
     reference_passes = [n for desc, n in passes if desc == "reference"]
     assert reference_passes == [32, 0, 0]  # the 16 + 16 evaluated texts: scored once, then read from the cache
     assert all(n > 0 for desc, n in passes if desc == "target")  # each trained model is scored afresh
+    assert comparison.rows[0]["adaptive"] is None  # the pretrained model knows no defence to adapt to
+    adaptive = comparison.rows[1]["adaptive"]
+    assert set(adaptive) == {"non-adaptive (Ratio)", "knows the selection strategy", "knows paraphraser and selection"}
+    assert all(m["tpr"][0]["n_members"] == 4 and m["tpr"][0]["n_non_members"] == 6 for m in adaptive.values())
+    table = (comparison.output_dir / "compare.md").read_text()
+    assert "Attackers who know the defence (4 members vs 6 non-members" in table and "Gain kept" in table
 
 
 def test_named_cells_change_dotted_settings_and_refuse_unknown_ones(config):

@@ -145,6 +145,72 @@ def test_non_finite_losses_are_refused():
         paper_rule([1.0, float("nan")], [1.0])
 
 
+def test_rules_are_a_registry_and_a_new_rule_is_one_class(tokenizer, texts, tmp_path):
+    from privft.defend.rules import RULES, Selection, SelectionRule
+    from privft.pipeline import SoftSettings
+
+    assert {"paper", "release", "all", "all-after-warmup"} <= set(RULES)
+
+    class EveryOther(SelectionRule):
+        """Obfuscates every other open sample: a rule that reads no loss."""
+
+        name = "every-other"
+
+        def needs_losses(self, selection_index: int) -> bool:
+            return False
+
+        def select(self, n_open, losses, validation_losses, selection_index):
+            return Selection(np.arange(n_open) % 2 == 0)
+
+    try:
+        assert SoftSettings(rule="every-other").rule == "every-other"  # the config takes it by name
+        trainer, view, recorder = _train(tokenizer, texts, tmp_path, rule="every-other", epochs=1)
+        assert recorder.masks[0].tolist() == [i % 2 == 0 for i in range(N_TRAIN)]
+        assert _soft_callback(trainer).history[0]["n_scored"] == 0
+    finally:
+        del RULES["every-other"]
+    with pytest.raises(ValueError, match=r"soft.rule='every-other' is not one of .*'all-after-warmup'"):
+        SoftSettings(rule="every-other")
+
+
+@pytest.mark.parametrize(("rule", "masks"), [("all", [N_TRAIN, N_TRAIN]), ("all-after-warmup", [0, N_TRAIN])])
+def test_the_non_selective_controls_obfuscate_everything(tokenizer, texts, tmp_path, rule, masks):
+    trainer, view, recorder = _train(tokenizer, texts, tmp_path, rule=rule, epochs=2)
+    assert [int(recorder.masks[epoch].sum()) for epoch in range(2)] == masks
+    for epoch in range(2):
+        assert Counter(recorder.rows[epoch]) == recorder.expected(epoch)
+    assert all(record["n_scored"] == 0 for record in _soft_callback(trainer).history)  # no scoring pass at all
+
+
+def test_training_pass_losses_equal_the_audits_loss(tokenizer, texts):
+    from privft.defend import TrainingPassLosses
+    from privft.training import tokenize_for_training
+
+    train, _, _ = texts
+    model = build_tiny_llama(tokenizer)
+    ids = tokenize_for_training(tokenizer, train, None)["input_ids"]
+    recorder = TrainingPassLosses(ids)
+    recorder.attach(model)
+    batch = DataCollatorForLanguageModeling(tokenizer, mlm=False)([{"input_ids": row} for row in ids[:BATCH]])
+    model.train()  # no dropout in the tiny model: the training forward computes what eval mode computes
+    model(**batch)
+    model.eval()
+    model(**DataCollatorForLanguageModeling(tokenizer, mlm=False)([{"input_ids": ids[-1]}]))  # eval: not recorded
+    recorder.detach()
+    np.testing.assert_allclose(recorder.losses[:BATCH], sample_losses(model, tokenizer, train[:BATCH]), rtol=1e-5)
+    assert np.isnan(recorder.losses[BATCH:]).all()
+
+
+def test_the_training_pass_source_scores_no_training_text_after_the_first_epoch(tokenizer, texts, tmp_path):
+    trainer, view, recorder = _train(tokenizer, texts, tmp_path, rule="paper", soft_options={"loss_source": "training"})
+    history = _soft_callback(trainer).history
+    assert [record["epoch"] for record in history] == [1, 2]
+    assert [record["n_scored_eval"] for record in history] == [0, 0]  # every loss came from a training pass
+    assert history[0]["n_scored"] == N_TRAIN and history[0]["n_selected"] > 0
+    for epoch in range(3):
+        assert Counter(recorder.rows[epoch]) == recorder.expected(epoch)
+
+
 # --- the view --------------------------------------------------------------------------------------------------
 
 

@@ -16,6 +16,7 @@ wording), or to the original suffix when every candidate was empty or unchanged.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 from collections.abc import Iterable
@@ -70,7 +71,7 @@ def obfuscate(
 
     "rewrite-only" reproduces the released SOFT code, which trained on the paraphrased suffix
     alone. `cache` skips the paraphraser for any (paraphraser, settings, text, seed, split,
-    filter) seen before.
+    filter) seen before; both modes share one entry, since they rewrite the same suffix.
     """
     _check_ratio(prefix_keep_ratio)
     if mode not in MODES:
@@ -89,7 +90,7 @@ def obfuscate(
         key = record = None
         if cache is not None:
             key = ParaphraseCache.key(
-                paraphraser=paraphraser.name, settings=settings, prefix_keep_ratio=prefix_keep_ratio, mode=mode,
+                paraphraser=paraphraser.name, settings=settings, prefix_keep_ratio=prefix_keep_ratio,
                 seed=seed, min_similarity=min_similarity, max_length_ratio=max_length_ratio, retries=retries,
                 text=text,
             )
@@ -98,24 +99,32 @@ def obfuscate(
             result = ObfuscationResult(**record)
         else:
             result = _obfuscate_one(
-                index, text, paraphraser, prefix_keep_ratio=prefix_keep_ratio, mode=mode, seed=seed,
+                index, text, paraphraser, prefix_keep_ratio=prefix_keep_ratio, seed=seed,
                 min_similarity=min_similarity, max_length_ratio=max_length_ratio, retries=retries,
             )
             if cache is not None:
                 cache.put(key, asdict(result))
+        if mode == "rewrite-only":
+            result = _without_prefix(result, split_prefix(text, prefix_keep_ratio)[0])
         if result.fallback:  # on cache hits too: a fallback is never silent
             logger.warning("Text %d: %s.", index, result.reason)
         results.append(result)
     return results
 
 
+def _without_prefix(result: ObfuscationResult, prefix: str) -> ObfuscationResult:
+    """The "rewrite-only" sample of a "prefix+rewrite" result: its rewritten suffix alone."""
+    return dataclasses.replace(result, text=result.text[len(prefix):])
+
+
 def _obfuscate_one(
-    index: int, text: str, paraphraser: Paraphraser, *, prefix_keep_ratio: float, mode: str, seed: int,
+    index: int, text: str, paraphraser: Paraphraser, *, prefix_keep_ratio: float, seed: int,
     min_similarity: float, max_length_ratio: float, retries: int,
 ) -> ObfuscationResult:
-    """Rewrite one text's suffix with seeds seed, seed + 1, ... until a rewrite passes the filter."""
+    """Rewrite one text's suffix with seeds seed, seed + 1, ... until a rewrite passes the filter; the kept prefix
+    leads the result."""
     prefix, suffix = split_prefix(text, prefix_keep_ratio)
-    head = prefix if mode == "prefix+rewrite" else ""
+    head = prefix
     if not words(suffix):
         reason = "nothing to rewrite (the text has no words after the kept prefix); kept the text as is"
         return ObfuscationResult(head + suffix.strip(), text, 0, True, reason)
