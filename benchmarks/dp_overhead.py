@@ -8,9 +8,11 @@
     hooks, and ghost clipping (two backward passes, no per-sample gradients stored); reported
     to show whether ghost clipping would pay off for LoRA. No target.
 Each configuration runs in a fresh process, so each peak RSS is its own. Target for (a): DP step
-time / plain step time ≤ 1.3 on the tiny model (the SOFT paper reports 1.67 for DP-LoRA).
+time / plain step time ≤ 1.3, on the tiny model and on SmolLM2-135M (`--model smollm2-135m`:
+logical batch 16 of wiki texts, physical chunks of 8; the SOFT paper reports 1.67 for DP-LoRA).
 
     python benchmarks/dp_overhead.py --quick
+    python benchmarks/dp_overhead.py --model smollm2-135m --steps 3
 """
 
 from __future__ import annotations
@@ -42,37 +44,49 @@ class StepTimer(TrainerCallback):
         self.seconds.append(time.perf_counter() - self._start)
 
 
-def _setup():
+SMOLLM2_BATCH, SMOLLM2_CHUNK = 16, 8  # SmolLM2: a smaller logical batch keeps a step to seconds on 2 CPU cores
+
+
+def _setup(model_name: str):
     from privft.data import load_corpus
-    from privft.models import build_tiny_llama, train_bpe_tokenizer
+    from privft.models import build_tiny_llama, load_model, train_bpe_tokenizer
     from privft.training import LoraSettings, tokenize_for_training
 
     texts = [t for t in load_corpus("wiki") if len(t.split()) <= 80]
-    tokenizer = train_bpe_tokenizer(texts[:2000], vocab_size=4096)
-    model = get_peft_model(build_tiny_llama(tokenizer, hidden_size=128, num_layers=3, max_position_embeddings=256),
-                           LoraSettings().to_peft())
+    if model_name == "tiny":
+        tokenizer = train_bpe_tokenizer(texts[:2000], vocab_size=4096)
+        base = build_tiny_llama(tokenizer, hidden_size=128, num_layers=3, max_position_embeddings=256)
+    else:
+        base, tokenizer = load_model(model_name)
+    model = get_peft_model(base, LoraSettings().to_peft())
     return tokenizer, model, tokenize_for_training(tokenizer, texts[2000:2000 + N_TEXTS], MAX_LENGTH)
 
 
-def _trainer_steps(kind: str, steps: int) -> dict[str, float]:
+def _batch_sizes(model_name: str) -> tuple[int, int | None]:
+    """Logical batch and DP's physical chunk (None: the whole batch) for `model_name`."""
+    return (LOGICAL_BATCH, None) if model_name == "tiny" else (SMOLLM2_BATCH, SMOLLM2_CHUNK)
+
+
+def _trainer_steps(kind: str, steps: int, model_name: str) -> dict[str, float]:
     """Mean Trainer step time of plain LoRA or DP-LoRA (hooks) in this process."""
     from privft.dp import make_private
 
-    tokenizer, model, dataset = _setup()
+    tokenizer, model, dataset = _setup(model_name)
+    batch, chunk = _batch_sizes(model_name)
     timer = StepTimer()
-    args = TrainingArguments("/tmp/privft-dp-overhead", max_steps=steps + 1, per_device_train_batch_size=LOGICAL_BATCH,
+    args = TrainingArguments("/tmp/privft-dp-overhead", max_steps=steps + 1, per_device_train_batch_size=batch,
                              learning_rate=1e-3, use_cpu=True, report_to="none", save_strategy="no",
                              logging_strategy="no", disable_tqdm=True, seed=0, max_grad_norm=0.0)
     trainer = Trainer(model=model, args=args, train_dataset=dataset, callbacks=[timer],
                       data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False))
     if kind == "dp-hooks":
-        make_private(trainer, target_epsilon=8.0)
+        make_private(trainer, target_epsilon=8.0, physical_batch_size=chunk)
     trainer.train()
     seconds = timer.seconds[1:]  # the first step warms up allocators and kernels
     return {"step_seconds": sum(seconds) / len(seconds)}
 
 
-def _loop_steps(kind: str, steps: int) -> dict[str, float]:
+def _loop_steps(kind: str, steps: int, model_name: str) -> dict[str, float]:
     """Mean time of one exact logical batch (forward, backward, clip, noise, step) in a bare loop."""
     from opacus.grad_sample import prepare_module
     from opacus.optimizers import DPOptimizer, DPOptimizerFastGradientClipping
@@ -80,7 +94,7 @@ def _loop_steps(kind: str, steps: int) -> dict[str, float]:
 
     from privft.dp import sequence_losses
 
-    tokenizer, model, dataset = _setup()
+    tokenizer, model, dataset = _setup(model_name)
     collate = DataCollatorForLanguageModeling(tokenizer, mlm=False)
     batches = [collate([dataset[i] for i in range(s * LOGICAL_BATCH, (s + 1) * LOGICAL_BATCH)])
                for s in range(steps + 1)]
@@ -111,16 +125,16 @@ def _loop_steps(kind: str, steps: int) -> dict[str, float]:
     return {"step_seconds": sum(seconds[1:]) / steps}
 
 
-def _child(kind: str, steps: int) -> dict[str, float]:
+def _child(kind: str, steps: int, model_name: str) -> dict[str, float]:
     torch.set_num_threads(1)  # one thread: steadier timings on a shared two-core machine
     torch.manual_seed(0)
     path, mode = kind.split(":")
-    result = _trainer_steps(mode, steps) if path == "trainer" else _loop_steps(mode, steps)
+    result = (_trainer_steps if path == "trainer" else _loop_steps)(mode, steps, model_name)
     return {**result, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
-def _measure(kind: str, steps: int) -> dict[str, float]:
-    out = subprocess.run([sys.executable, __file__, "--child", kind, "--steps", str(steps)],
+def _measure(kind: str, steps: int, model_name: str) -> dict[str, float]:
+    out = subprocess.run([sys.executable, __file__, "--child", kind, "--steps", str(steps), "--model", model_name],
                          capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -130,17 +144,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer steps (under a minute)")
     parser.add_argument("--steps", type=int, default=None)
+    parser.add_argument("--model", default="tiny", help="'tiny' (default) or a privft model name, e.g. smollm2-135m")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     steps = args.steps or (4 if args.quick else 12)
     if args.child:
-        print(json.dumps(_child(args.child, steps)))
+        print(json.dumps(_child(args.child, steps, args.model)))
         return
-    kinds = ["trainer:plain", "trainer:dp-hooks"] + ([] if args.quick else ["loop:plain", "loop:dp-hooks",
-                                                                            "loop:dp-ghost"])
-    results = {kind: _measure(kind, steps) for kind in kinds}
-    print(f"tiny llama (hidden 128, 3 layers, vocab 4,096) + LoRA r 16 on all linear layers, logical batch "
-          f"{LOGICAL_BATCH}, texts ≤ {MAX_LENGTH} tokens, mean of {steps} steps after one warm-up, one thread:")
+    loops = not args.quick and args.model == "tiny"  # the bare loops' logical batch is the tiny model's
+    kinds = ["trainer:plain", "trainer:dp-hooks"] + (["loop:plain", "loop:dp-hooks", "loop:dp-ghost"] if loops else [])
+    results = {kind: _measure(kind, steps, args.model) for kind in kinds}
+    name = "tiny llama (hidden 128, 3 layers, vocab 4,096)" if args.model == "tiny" else args.model
+    batch, chunk = _batch_sizes(args.model)
+    print(f"{name} + LoRA r 16 on all linear layers, logical batch {batch} (DP chunks: {chunk or batch}), "
+          f"texts ≤ {MAX_LENGTH} tokens, mean of {steps} steps after one warm-up, one thread:")
     for kind, result in results.items():
         print(f"  {kind:18s} {result['step_seconds'] * 1000:8.1f} ms/step   peak RSS {result['peak_rss_mib']:.0f} MiB")
     for path in ("loop",):
@@ -149,7 +166,7 @@ def main() -> None:
             print(f"  bare loop: hooks / plain {results[f'{path}:dp-hooks']['step_seconds'] / plain:.2f}, "
                   f"ghost / plain {results[f'{path}:dp-ghost']['step_seconds'] / plain:.2f} (reported, no target)")
     ratio = results["trainer:dp-hooks"]["step_seconds"] / results["trainer:plain"]["step_seconds"]
-    print(f"dp_lora_step_time_ratio {ratio:.3f} (target <= 1.3)")
+    print(f"dp_lora_step_time_ratio {ratio:.3f} (target <= 1.3, {args.model})")
 
 
 if __name__ == "__main__":

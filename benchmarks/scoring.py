@@ -7,14 +7,15 @@ Measures, in one run and on the same texts and batches:
       (loss, loss_bpb, zlib, min_k, min_k_pp, ref_ratio, ref_ratio_bpb);
   (c) a naive audit that runs its own forward passes for each of those attacks (two for the
       reference ratios), as per-attack scripts do.
-Targets: (b)/(a) <= 1.15 and (c)/(b) >= 3. The lowercase attack scores other text (the
+Targets, read on the real model (SmolLM2-135M; the tiny 4k-vocabulary model's ratios are printed
+above them as informational): (b)/(a) <= 1.10 and (c)/(b) >= 3. The lowercase attack scores other text (the
 lowercased copy), so it adds its own pass in both designs and is left out of both. The tiny
 model gets a context longer than every text, so all three designs read the same sequences:
 with a shorter one the scorer must cut long texts into overlapping windows, which a bare
 pass cannot do without reading positions the model was never built for.
 
-    python benchmarks/scoring.py --quick            # tiny Llama only, under a minute
-    python benchmarks/scoring.py                     # tiny Llama and SmolLM2-135M
+    python benchmarks/scoring.py --quick            # tiny Llama, then a few SmolLM2 texts (a few minutes)
+    python benchmarks/scoring.py                     # more texts of both
     python benchmarks/scoring.py --quick --breakdown # and where (b) - (a) goes, pass by pass
 """
 
@@ -37,13 +38,13 @@ BATCH_SIZE = 8
 TINY_CONTEXT = 1024  # longer than every benchmark text (the longest wiki lead is under 400 tiny-BPE tokens)
 
 
-def _batches(tokenizer, texts: list[str]) -> list[dict[str, torch.Tensor]]:
+def _batches(tokenizer, texts: list[str], batch_size: int = BATCH_SIZE) -> list[dict[str, torch.Tensor]]:
     """Length-sorted, right-padded BOS-prefixed batches, as the scorer builds them."""
     ids = [[tokenizer.bos_token_id, *x] for x in tokenizer(texts, add_special_tokens=False)["input_ids"]]
     ids.sort(key=len, reverse=True)
     batches = []
-    for start in range(0, len(ids), BATCH_SIZE):
-        chunk = ids[start:start + BATCH_SIZE]
+    for start in range(0, len(ids), batch_size):
+        chunk = ids[start:start + batch_size]
         width = max(map(len, chunk))
         input_ids = torch.full((len(chunk), width), tokenizer.pad_token_id)
         mask = torch.zeros_like(input_ids)
@@ -152,7 +153,7 @@ def measure(name: str, target, reference, tokenizer, texts: list[str], repeats: 
 def main() -> None:
     """Run the benchmark and print the ratios; the last line is the headline."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="tiny model and few texts (under a minute)")
+    parser.add_argument("--quick", action="store_true", help="few texts of each model (a few minutes)")
     parser.add_argument("--breakdown", action="store_true", help="also time each pass of (a) and (b) on its own")
     args = parser.parse_args()
     torch.manual_seed(0)
@@ -160,18 +161,17 @@ def main() -> None:
     tokenizer = train_bpe_tokenizer(texts, vocab_size=4096)
     n_tiny = 96 if args.quick else 512
     tiny = dict(hidden_size=128, num_layers=3, max_position_embeddings=TINY_CONTEXT)
-    results = [measure("tiny llama", build_tiny_llama(tokenizer, **tiny, seed=0),
-                       build_tiny_llama(tokenizer, **tiny, seed=1), tokenizer, texts[:n_tiny], repeats=5,
-                       show_breakdown=args.breakdown)]
-    if not args.quick:
-        target, smol_tokenizer = load_model("smollm2-135m")
-        reference, _ = load_model("smollm2-135m")
-        results.append(measure("smollm2-135m", target, reference, smol_tokenizer, texts[:48], repeats=2,
-                               show_breakdown=args.breakdown))
-    overhead = max(r[0] for r in results)
-    speedup = min(r[1] for r in results)
-    print(f"naive_over_suite {speedup:.2f} (target >= 3)")
-    print(f"suite_over_bare_forward {overhead:.3f} (target <= 1.15)")
+    tiny_overhead, tiny_speedup = measure("tiny llama", build_tiny_llama(tokenizer, **tiny, seed=0),
+                                          build_tiny_llama(tokenizer, **tiny, seed=1), tokenizer, texts[:n_tiny],
+                                          repeats=5, show_breakdown=args.breakdown)
+    target, smol_tokenizer = load_model("smollm2-135m")
+    reference, _ = load_model("smollm2-135m")
+    overhead, speedup = measure("smollm2-135m", target, reference, smol_tokenizer, texts[:16 if args.quick else 48],
+                                repeats=2, show_breakdown=args.breakdown)
+    print(f"tiny_suite_over_bare_forward {tiny_overhead:.3f} (informational: 4k vocabulary, no target)")
+    print(f"tiny_naive_over_suite {tiny_speedup:.2f} (informational)")
+    print(f"naive_over_suite {speedup:.2f} (target >= 3, SmolLM2-135M)")
+    print(f"suite_over_bare_forward {overhead:.3f} (target <= 1.10, SmolLM2-135M)")
 
 
 if __name__ == "__main__":

@@ -142,7 +142,8 @@ def load_split(settings: DataSettings) -> MembershipSplit:
                                   n_validation=settings.n_validation, seed=settings.seed, source=source)
 
 
-def _canary_plan(settings: CanarySettings, seed: int) -> CanaryPlan | None:
+def canary_plan(settings: CanarySettings, seed: int) -> CanaryPlan | None:
+    """The configured canaries (secrets drawn with the data seed), or None when none are planted."""
     if settings.n_canaries == 0:
         return None
     return CanaryPlan(template=settings.template, alphabet=settings.alphabet, secret_length=settings.secret_length,
@@ -196,7 +197,7 @@ def run_training(config: RunConfig, *, split: MembershipSplit | None = None,
     out = Path(config.training.output_dir)
     check_output_dir(out, config)
     split = split or load_split(config.data)
-    plan = _canary_plan(config.canaries, config.data.seed)
+    plan = canary_plan(config.canaries, config.data.seed)
     train_texts = list(split.members)
     if plan is not None:
         plan.check_absent(split.non_members, split.validation)

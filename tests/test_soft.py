@@ -17,6 +17,7 @@ from transformers import DataCollatorForLanguageModeling, Trainer, TrainerCallba
 from privft.callbacks import SelectiveObfuscationCallback
 from privft.defend import ObfuscatedView, paper_rule, release_rule, sample_losses, update_mask
 from privft.callbacks import prepare_soft
+from privft.callbacks.soft import soft_report_notes
 from privft.models import build_tiny_llama
 
 N_TRAIN, N_VALIDATION, BATCH = 16, 8, 8
@@ -403,5 +404,7 @@ def test_the_collator_receives_every_selected_paraphrase_as_the_trainer_tokenise
     assert (record["n_selected"], record["n_served_changed"], record["n_lost_swaps"]) == (16, 14, 2)
     logged = [entry for entry in trainer.state.log_history if "soft/n_selected" in entry]
     assert logged[0]["soft/n_selected"] == 16 and logged[0]["soft/n_served_changed"] == 14
+    (note,) = soft_report_notes(trainer.state.log_history)  # what the audit callback adds to the report
+    assert note.startswith("SOFT: 2 of 16 samples selected for obfuscation are served unchanged")
 
 

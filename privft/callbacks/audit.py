@@ -17,6 +17,7 @@ from privft.audit import (
     select_attacks,
 )
 from privft.callbacks.canary import CanaryCallback
+from privft.callbacks.soft import soft_report_notes
 from privft.data import MembershipSplit
 from privft.io import atomic_write_text
 from privft.report import AuditReport
@@ -109,6 +110,7 @@ class PrivacyAuditCallback(TrainerCallback):
                            model_name=self.model_name)
         if self.canary_callback is not None:
             report.canary_exposure = self.canary_callback.exposure_at(state, model)
+        report.notes.extend(soft_report_notes(state.log_history))  # a defence that protected less than it logged
         out = Path(self.output_dir or Path(args.output_dir) / "privacy-audit")
         report.save(out / tag if tag != "final" else out)
         state.log_history.append({**headline_metrics(report), "epoch": state.epoch, "step": state.global_step})

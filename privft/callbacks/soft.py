@@ -59,6 +59,15 @@ def lost_swap_warning(n_lost: int, n_selected: int) -> str:
             "Lower prefix_keep_ratio, raise the trainer's max_length, or use mode='rewrite-only'.")
 
 
+def soft_report_notes(log_history: Sequence[dict[str, Any]]) -> list[str]:
+    """Report warnings from SOFT's latest logged selection: the swaps truncation emptied, if any."""
+    selections = [entry for entry in log_history if LOG_PREFIX + "n_selected" in entry]
+    if not selections or not selections[-1].get(LOG_PREFIX + "n_lost_swaps"):
+        return []
+    latest = selections[-1]
+    return [f"SOFT: {lost_swap_warning(latest[LOG_PREFIX + 'n_lost_swaps'], latest[LOG_PREFIX + 'n_selected'])}"]
+
+
 class SelectiveObfuscationCallback(TrainerCallback, ExportableState):
     """Re-select, at each epoch start after warm-up, which training samples the `ObfuscatedView` serves obfuscated.
 

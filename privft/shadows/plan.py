@@ -23,7 +23,7 @@ from privft.data.canaries import CanaryPlan
 from privft.data.split import text_sha256
 from privft.io import atomic_write_text
 from privft.models import DEFAULT_MODEL
-from privft.pipeline import CanarySettings, _canary_plan
+from privft.pipeline import CanarySettings, canary_plan
 from privft.report import package_versions
 from privft.training import FinetuneSettings
 
@@ -115,15 +115,15 @@ class ShadowPlan:
                              "pool.max_words.")
         rng = np.random.default_rng([settings.seed, 0])
         drawn = [texts[i] for i in rng.permutation(len(texts))[:needed]]
-        canary_plan = _canary_plan(settings.canaries, settings.seed)
-        canaries = canary_plan.canary_texts() if canary_plan else []
-        if canary_plan:
-            canary_plan.check_absent(drawn)
+        planted = canary_plan(settings.canaries, settings.seed)
+        canaries = planted.canary_texts() if planted else []
+        if planted:
+            planted.check_absent(drawn)
         kinds = ["candidate"] * pool.n_candidates + ["canary"] * len(canaries) + ["population"] * pool.n_population
         trained = balanced_keep(settings.n_shadows, pool.n_candidates + len(canaries), rng)
         keep = np.concatenate([trained, np.zeros((settings.n_shadows, pool.n_population), bool)], axis=1)
         texts = drawn[:pool.n_candidates] + canaries + drawn[pool.n_candidates:]
-        return cls(settings, texts, kinds, keep, canary_plan)
+        return cls(settings, texts, kinds, keep, planted)
 
     def training_texts(self, index: int) -> list[str]:
         """Shadow `index`'s training set: its IN candidates, and its IN canaries `copies` times each."""
