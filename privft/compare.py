@@ -4,7 +4,8 @@ Each cell is one `privft.pipeline.run_training` run (same split, canaries and au
 defence and its settings differ) written to `<output_dir>/cells/<slug>/`, with its table row in
 `cell.json`. A rerun skips every cell whose `cell.json` exists for the same config, so an
 interrupted comparison resumes where it stopped. The results go into one table
-(`compare.md`, `compare.json`) and one privacy–utility plot (`compare.png`).
+(`compare.md`, `compare.json`), one privacy–utility plot (`compare.png`) and, with two LoRA
+ranks or more, the rank curve (`compare-rank.png`).
 """
 
 from __future__ import annotations
@@ -385,6 +386,8 @@ def _write_outputs(comparison: Comparison) -> Comparison:
     atomic_write_text(out / "compare.json", json.dumps(comparison.to_dict(), indent=1))
     atomic_write_text(out / "compare.md", comparison_table(comparison))
     atomic_write_bytes(out / "compare.png", privacy_utility_png(comparison))
+    if len(_lora_rows(comparison.rows)) >= 2:
+        atomic_write_bytes(out / "compare-rank.png", rank_curve_png(comparison))
     return comparison
 
 
@@ -497,6 +500,45 @@ def privacy_utility_png(comparison: Comparison) -> bytes:
            ylabel=f"TPR @ FPR ≤ {first['max_fpr'] * 100:g} %, strongest attack ({first['n_members']} members)",
            title="Privacy–utility: each cell audited on the same split")
     ax.legend(fontsize=7, loc="upper right")
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    return buffer.getvalue()
+
+
+def _lora_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The plain LoRA rows, by rank."""
+    lora = [row for row in rows if row["family"] == "lora"]
+    return sorted(lora, key=lambda row: row["config"]["training"]["lora"]["rank"])
+
+
+def rank_curve_png(comparison: Comparison) -> bytes:
+    """LoRA rank as a privacy parameter: the strongest attack's AUC (95 % CI) and TPR, and perplexity, by rank."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = _lora_rows(comparison.rows)
+    ranks = [row["config"]["training"]["lora"]["rank"] for row in rows]
+    auc = [row["strongest"]["auc"] for row in rows]
+    low = [row["strongest"]["auc"] - row["strongest"]["auc_ci"][0] for row in rows]
+    high = [row["strongest"]["auc_ci"][1] - row["strongest"]["auc"] for row in rows]
+    fig, (privacy, utility) = plt.subplots(1, 2, figsize=(10, 4))
+    privacy.errorbar(ranks, auc, yerr=[low, high], marker="o", capsize=3, label="strongest attack's AUC (95 % CI)")
+    for index, tpr in enumerate(rows[0]["strongest"]["tpr"]):
+        values = [row["strongest"]["tpr"][index]["tpr"] for row in rows]
+        if all(v is not None for v in values):
+            privacy.plot(ranks, values, marker="s", linestyle="--", label=f"TPR @ FPR ≤ {tpr['max_fpr'] * 100:g} %")
+    privacy.set(xscale="log", xticks=ranks, xticklabels=[str(r) for r in ranks], xlabel="LoRA rank",
+                ylim=(0, 1.02), title=f"Leakage by rank ({rows[0]['split']['n_members']} members vs "
+                                      f"{rows[0]['split']['n_non_members']} non-members)")
+    privacy.legend(fontsize=7)
+    utility.plot(ranks, [row["perplexity"] for row in rows], marker="o", color="tab:green")
+    utility.axhline(comparison.pretrained_perplexity, color="grey", linestyle="--", label="pretrained")
+    utility.set(xscale="log", xticks=ranks, xticklabels=[str(r) for r in ranks], xlabel="LoRA rank",
+                ylabel="validation perplexity", title="Utility by rank")
+    utility.legend(fontsize=7)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=120, bbox_inches="tight")
     plt.close(fig)

@@ -123,6 +123,7 @@ def test_the_base_model_is_scored_once_per_grid(config, monkeypatch):
                                adaptive=AdaptiveSettings(n_members=4, n_non_members=6))
     comparison = run_compare(config)
     assert [row["name"] for row in comparison.rows] == [PRETRAINED, "LoRA r=4", "LoRA r=2"]
+    assert (comparison.output_dir / "compare-rank.png").read_bytes()[:4] == b"\x89PNG"  # two ranks: a curve
     reference_passes = [n for desc, n in passes if desc == "reference"]
     assert reference_passes == [32, 0, 0]  # the 16 + 16 evaluated texts: scored once, then read from the cache
     assert all(n > 0 for desc, n in passes if desc == "target")  # each trained model is scored afresh
