@@ -232,6 +232,27 @@ def test_view_serves_the_obfuscated_example_where_the_mask_is_set():
         ObfuscatedView([{"input_ids": [0]}], [{"input_ids": [0]}], ["one", "two"])
 
 
+def test_dataset_transforms_reach_both_versions_and_keep_the_shared_mask():
+    import pickle
+
+    from datasets import Dataset
+
+    view = ObfuscatedView([{"input_ids": [0, 1, 2]}, {"input_ids": [0, 3, 4, 5]}, {"input_ids": [0, 6]}],
+                          [{"input_ids": [0, 1, 9]}, {"input_ids": [0, 3, 4, 8]}, {"input_ids": [0, 7]}],
+                          ["one", "two", "three"])
+    assert isinstance(view, Dataset) and view.column_names == ["input_ids"]
+    cut = view.map(lambda e: {"input_ids": e["input_ids"][:3], "labels": e["input_ids"][:3]})  # as trl truncates
+    kept = cut.filter(lambda e: len(e["input_ids"]) > 2).remove_columns(["labels"])  # drops "three"
+    assert type(kept) is ObfuscatedView and kept.texts == ["one", "two"] and kept.shares_mask_with(view)
+    assert kept.served_changed().tolist() == [True, False]  # "two" differs only past the cut
+    view.set_mask(np.array([True, True, False]))
+    assert kept.__getitems__([0, 1]) == [{"input_ids": [0, 1, 9]}, {"input_ids": [0, 3, 4]}]
+    kept.set_mask(np.array([False, True]))  # through a derived view: the root's mask changes too
+    assert view.mask.tolist() == [False, True, False]
+    copy = pickle.loads(pickle.dumps(kept))  # what a DataLoader worker gets: the mask at the time
+    assert copy[0] == {"input_ids": [0, 1, 2]} and copy.mask.tolist() == [False, True]
+
+
 def test_prepare_soft_pairs_texts_and_warns_on_unchanged_obfuscations(tokenizer, texts):
     train, obfuscated, validation = texts
     with pytest.raises(ValueError, match="pair up"):

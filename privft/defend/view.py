@@ -52,7 +52,7 @@ def _as_dataset(examples: Dataset | Sequence[Example], name: str) -> Dataset:
     else:
         if len(examples) == 0 or not isinstance(examples[0], Mapping):
             raise ValueError(f"{name} must be a datasets.Dataset or a non-empty list of dicts (as "
-                             "tokenize_for_training returns), got {type(examples).__name__}.")
+                             f"tokenize_for_training returns), got {type(examples).__name__} of {len(examples)}.")
         dataset = Dataset.from_list([dict(e) for e in examples])
     if len(dataset) == 0:
         raise ValueError(f"{name} is empty; the view needs at least one training example.")
