@@ -53,9 +53,9 @@ def train_seconds(tokenizer, train: list[str], obfuscated: list[str] | None, val
 
         def timed_select(*args, **kwargs):
             begin = time.perf_counter()
-            mask, record = select(*args, **kwargs)
+            result = select(*args, **kwargs)
             selecting[0] += time.perf_counter() - begin
-            return mask, {**record, "mask": mask.tolist()}
+            return result
 
         soft._select = timed_select
         callbacks.append(soft)
@@ -65,7 +65,7 @@ def train_seconds(tokenizer, train: list[str], obfuscated: list[str] | None, val
     start = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - start
-    first_mask = np.array(soft.history[0]["mask"]) if history else None
+    first_mask = np.isin(np.arange(len(train)), history[0]["selected"]) if history else None
     return seconds, selecting[0], [record["n_scored_eval"] for record in history], first_mask
 
 

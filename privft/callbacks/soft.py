@@ -92,7 +92,8 @@ class SelectiveObfuscationCallback(TrainerCallback, ExportableState):
     from the one given, sharing its mask) and compares the two versions there, in tokens: a
     selected sample whose served tokens equal its original's is not counted as obfuscated.
     Each selection is appended to ``state.log_history`` (``soft/n_selected``,
-    ``soft/n_served_changed``, ``soft/tau``, ``soft/n_scored``, mean losses) and to `history`.
+    ``soft/n_served_changed``, ``soft/tau``, ``soft/n_scored``, mean losses) and to `history`
+    (which also lists the ``selected`` indices).
 
     Every selection runs on global rank 0 and is broadcast; sharded set-ups (FSDP, DeepSpeed
     ZeRO-3) are refused. The mask and `history` are saved with each checkpoint
@@ -216,7 +217,7 @@ class SelectiveObfuscationCallback(TrainerCallback, ExportableState):
         if record["n_lost_swaps"]:
             warnings.warn(lost_swap_warning(record["n_lost_swaps"], record["n_selected"]), stacklevel=2)
         logged = {LOG_PREFIX + key: value for key, value in record.items()
-                  if key not in ("epoch", "step", "rule", "loss_source") and value is not None}
+                  if key not in ("epoch", "step", "rule", "loss_source", "selected") and value is not None}
         state.log_history.append({**logged, "epoch": state.epoch, "step": state.global_step})
 
     def _served_view(self, served: Any) -> ObfuscatedView:
@@ -265,7 +266,8 @@ class SelectiveObfuscationCallback(TrainerCallback, ExportableState):
                   "n_selected": int(mask.sum()), "n_served_changed": int((mask & changed).sum()),
                   "n_lost_swaps": int((mask & ~changed).sum()), "n_total": int(mask.size),
                   "n_scored": int(open_indices.size) if reads else 0, "n_scored_eval": n_eval,
-                  "mean_loss_selected": selected, "mean_loss_unselected": unselected}
+                  "mean_loss_selected": selected, "mean_loss_unselected": unselected,
+                  "selected": np.flatnonzero(mask).tolist()}  # which samples: kept in `history`, not logged
         return mask, record
 
 
