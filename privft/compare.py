@@ -27,7 +27,7 @@ from privft.audit import run_audit
 from privft.config import from_dict, save_yaml, to_dict
 from privft.defend.rules import get_rule
 from privft.io import atomic_write_bytes, atomic_write_text
-from privft.metrics import AttackMetrics, evaluate_attack
+from privft.metrics import AttackMetrics, evaluate_attack, paired_auc_difference
 from privft.models import cache_dir, load_model
 from privft.paper.adaptive import adaptive_scores
 from privft.paraphrase import ParaphraseCache
@@ -313,6 +313,20 @@ def _finish_rows(rows: list[dict[str, Any]], reference_perplexity: float) -> Non
         row["overhead_vs_lora"] = row["train_seconds"] / baseline if trained and baseline > 0 else None
         row["learned"] = not trained or row["perplexity"] < reference_perplexity * (1 - MIN_PERPLEXITY_GAIN)
         row["gain_share"] = (reference_perplexity - row["perplexity"]) / gain if trained and gain > 0 else None
+        row["vs_lora"] = _paired_vs(lora, row) if row is not lora else None
+
+
+def _paired_vs(baseline: dict[str, Any], row: dict[str, Any]) -> dict[str, Any] | None:
+    """The row's AUC minus the baseline's, on the baseline's strongest attack, paired over the split's texts."""
+    attack = baseline["strongest_attack"]
+    texts = [json.loads(Path(r["report"]).read_text(encoding="utf-8"))["per_text"] for r in (baseline, row)]
+    if texts[0]["sha256"] != texts[1]["sha256"] or attack not in texts[1]["scores"]:
+        return None
+    labels, (a, b) = np.array(texts[0]["label"]), (np.array(t["scores"][attack], dtype=float) for t in texts)
+    scored = np.isfinite(a) & np.isfinite(b)
+    difference = paired_auc_difference(labels[scored], a[scored], b[scored])
+    return {"attack": attack, "difference": difference.difference, "ci": [difference.ci_low, difference.ci_high],
+            "significant": difference.significant}
 
 
 def _finished_row(path: Path, cell: Cell) -> dict[str, Any] | None:
@@ -401,6 +415,14 @@ def _rate(tpr: dict[str, Any], mean: bool = False) -> str:
     return f"{tpr['tpr']:.3f} ({'mean ' if mean else ''}{count}/{tpr['n_members']}{bound})"
 
 
+def _delta(vs: dict[str, Any] | None) -> str:
+    """A paired AUC difference against plain LoRA, marked when its interval excludes 0."""
+    if vs is None:
+        return "n/a"
+    mark = " ✱" if vs["significant"] else ""
+    return f"{vs['difference']:+.3f} [{vs['ci'][0]:+.3f}, {vs['ci'][1]:+.3f}]{mark}"
+
+
 def _blind_baseline(row: dict[str, Any]) -> str:
     """The split's blind baseline (a text classifier that never sees a model), which guards every row."""
     ci = row.get("blind_baseline_ci")
@@ -415,7 +437,8 @@ def comparison_table(comparison: Comparison) -> str:
     fprs = [t["max_fpr"] for t in rows[0]["strongest"]["tpr"]]
     fpr_names = [f"{f * 100:g} %" for f in fprs]
     header = ["Cell", "ε (δ)", "Strongest attack: AUC [95 % CI]", *[f"TPR@{f}" for f in fpr_names],
-              "Mean AUC", *[f"Mean TPR@{f}" for f in fpr_names], "Val. ppl", "Gain kept", "Canary exposure",
+              "ΔAUC vs LoRA [paired 95 % CI]", "Mean AUC", *[f"Mean TPR@{f}" for f in fpr_names], "Val. ppl",
+              "Gain kept", "Canary exposure",
               "Train s", "× LoRA", "Note"]
     split = rows[0]["split"]
     lines = [f"{split['n_members']} members vs {split['n_non_members']} non-members (split: {split['source']}, "
@@ -437,7 +460,7 @@ def comparison_table(comparison: Comparison) -> str:
                     else "n/a")
         cells = [row["name"], epsilon,
                  f"{row['strongest_attack']} {s['auc']:.3f} [{s['auc_ci'][0]:.2f}, {s['auc_ci'][1]:.2f}]",
-                 *[_rate(t) for t in s["tpr"]], f"{m['auc']:.3f}", *[_rate(t, mean=True) for t in m["tpr"]],
+                 *[_rate(t) for t in s["tpr"]], _delta(row.get("vs_lora")), f"{m['auc']:.3f}", *[_rate(t, mean=True) for t in m["tpr"]],
                  f"{row['perplexity']:.2f}", gain, exposure, f"{row['train_seconds']:.0f}", overhead,
                  "; ".join(notes)]
         lines.append("| " + " | ".join(cells) + " |")
@@ -448,7 +471,8 @@ def comparison_table(comparison: Comparison) -> str:
                   "DP-LoRA (∞: no DP guarantee). × LoRA: training time over plain LoRA at the base rank (audits "
                   "excluded, and so is SOFT's paraphrasing, done once before training and cached). "
                   f"{NO_TRAINING}: validation perplexity not at least {MIN_PERPLEXITY_GAIN:.0%} below the "
-                  "pretrained model's. Gain kept: the share of plain LoRA's perplexity gain the cell keeps. Canary "
+                  "pretrained model's. ΔAUC vs LoRA: the cell's AUC minus plain LoRA's on plain LoRA's strongest "
+                  "attack, over the same texts, with a paired bootstrap interval (✱: excludes 0). Gain kept: the share of plain LoRA's perplexity gain the cell keeps. Canary "
                   "exposure: mean over canaries, of the most a rank among the alternatives can show."]
     return "\n".join(lines) + "\n" + adaptive_table(rows)
 

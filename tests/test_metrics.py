@@ -265,3 +265,19 @@ def test_perplexity_is_token_weighted_not_mean_of_per_text():
 def test_perplexity_rejects_bad_inputs(nll, tokens, message):
     with pytest.raises(ValueError, match=message):
         perplexity(nll, tokens)
+
+
+def test_paired_auc_difference_resamples_both_score_vectors_alike():
+    from privft.metrics import auc_with_ci, paired_auc_difference
+
+    rng = np.random.default_rng(0)
+    y = np.repeat([1, 0], [300, 1200])
+    a = rng.normal(size=y.size) + 0.5 * y
+    same = paired_auc_difference(y, a, a, n_bootstrap=200)
+    assert same.difference == 0 and same.ci_low == same.ci_high == 0 and not same.significant
+    b = a + 0.15 * y + rng.normal(scale=0.05, size=y.size)  # a slightly stronger, highly correlated attack
+    paired = paired_auc_difference(y, a, b, n_bootstrap=500)
+    assert paired.difference == pytest.approx(roc_auc_score(y, b) - roc_auc_score(y, a))
+    assert paired.significant and paired.ci_low > 0 and (paired.n_members, paired.n_non_members) == (300, 1200)
+    ci_a, ci_b = auc_with_ci(y, a, n_bootstrap=500), auc_with_ci(y, b, n_bootstrap=500)
+    assert ci_b.ci_low < ci_a.ci_high  # the separate intervals overlap: reading them alone, no ordering
