@@ -151,7 +151,9 @@ def test_head_chunking_does_not_change_results(tiny_model, tokenizer, local_text
     monkeypatch.setattr(scoring, "MIN_STATISTICS_ROWS", 1)
     chunked = score_texts(tiny_model, tokenizer, texts)
     for a, b in zip(whole, chunked):
-        np.testing.assert_allclose(a.std_logprob, b.std_logprob, atol=1e-6)
+        # fp32 head blocks of other shapes round differently: σ (a raw second moment) agrees to ~1e-5 relative
+        np.testing.assert_allclose(a.std_logprob, b.std_logprob, rtol=2e-5, atol=1e-6)
+        np.testing.assert_allclose(a.token_logprobs, b.token_logprobs, rtol=1e-5, atol=1e-5)
 
 
 def test_statistics_are_fp32_for_a_bf16_model(tiny_model, tokenizer, local_texts):
