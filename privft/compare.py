@@ -1,8 +1,8 @@
 """`privft compare config.yaml`: full fine-tuning, LoRA ranks, SOFT rules and DP-LoRA on one split, audited alike.
 
 Each cell is one `privft.pipeline.run_training` run (same split, canaries and audit settings; the
-defence and its settings differ) written to `<output_dir>/cells/<slug>/`, with its table row in
-`cell.json`. A rerun skips every cell whose `cell.json` exists for the same config, so an
+defence and its settings differ) written to `<cells_dir>/<slug>/` (default `<output_dir>/cells`),
+with its table row in `cell.json`. A rerun skips every cell whose `cell.json` exists for the same config, so an
 interrupted comparison resumes where it stopped. The results go into one table
 (`compare.md`, `compare.json`), one privacy–utility plot (`compare.png`) and, with two LoRA
 ranks or more, the rank curve (`compare-rank.png`).
