@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +19,7 @@ from privft.callbacks.soft import check_loss_source, prepare_soft
 from privft.config import from_dict, to_dict
 from privft.data import MembershipSplit, load_corpus, load_texts
 from privft.data.canaries import CanaryPlan
+from privft.defend.evidence import finding_for
 from privft.defend.rules import check_schedule, get_rule
 from privft.dp import make_private
 from privft.io import atomic_write_text
@@ -83,6 +85,10 @@ class SoftSettings:
             raise ValueError(f"soft.mode={self.mode!r} is not one of {MODES}.")
         if not 0 <= self.prefix_keep_ratio < 1:
             raise ValueError(f"soft.prefix_keep_ratio={self.prefix_keep_ratio} must be in [0, 1).")
+        finding = finding_for(self.rule, self.mode, self.paraphraser, self.paraphraser_options, self.prefix_keep_ratio)
+        if finding is not None:
+            warnings.warn(f"soft: this SOFT configuration was measured: it {finding.verdict}; see {finding.source}.",
+                          stacklevel=2)
 
 
 @dataclass

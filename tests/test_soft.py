@@ -429,3 +429,16 @@ def test_the_collator_receives_every_selected_paraphrase_as_the_trainer_tokenise
     assert note.startswith("SOFT: 2 of 16 samples selected for obfuscation are served unchanged")
 
 
+
+
+def test_a_configuration_measured_as_ineffective_warns_where_it_is_configured():
+    from privft.pipeline import SoftSettings
+
+    with pytest.warns(UserWarning, match=r"barely protects: strongest-attack AUC 0.980 → 0.960.*compare.md"):
+        SoftSettings(rule="paper", paraphraser_options={"fraction": 0.5})  # the demo's configuration
+    with pytest.warns(UserWarning, match=r"costs more utility than fine-tuning gains.*soft-study.md"):
+        SoftSettings(rule="release", mode="rewrite-only", paraphraser_options={"fraction": 1.0})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        SoftSettings(rule="release", paraphraser_options={"fraction": 0.5})  # not measured: no claim made
+        SoftSettings()  # SOFT off

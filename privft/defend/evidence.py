@@ -1,0 +1,49 @@
+"""What privft's own measurements found for SOFT configurations, so a user is told where they add one.
+
+Each finding cites a committed result (its page and the command that reproduces it); a
+configuration measured as ineffective, or as costing more utility than fine-tuning gains,
+logs a warning when a config selects it (`privft.pipeline.SoftSettings`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One measured SOFT configuration and, in one line with its counts, what it did."""
+
+    rule: str
+    mode: str
+    paraphraser: str
+    fraction: float  # the word-swap paraphraser's share of swapped words
+    prefix_keep_ratio: float
+    verdict: str
+    source: str
+
+
+FINDINGS = (
+    Finding("paper", "prefix+rewrite", "neighbour", 0.5, 0.5,
+            "barely protects: strongest-attack AUC 0.980 → 0.960 and TPR at FPR ≤ 1 % 10/48 → 9/48 against plain "
+            "LoRA r=16 (48 members vs 100 non-members, overlapping intervals)",
+            "docs/results/compare.md (privft compare experiments/compare-smollm2.yaml)"),
+    Finding("release", "rewrite-only", "neighbour", 1.0, 0.5,
+            "protects but costs more utility than fine-tuning gains: strongest-attack AUC 0.998 → 0.670 and TPR at "
+            "FPR ≤ 0.1 % 435/500 → 3/500 against plain LoRA r=16, but validation perplexity 31.08 against 23.41 "
+            "before fine-tuning and 15.96 for plain LoRA (500 members vs 2,000 non-members)",
+            "docs/results/soft-study.md (privft compare experiments/soft-study.yaml)"),
+)
+
+NEIGHBOUR_DEFAULT_FRACTION = 0.15  # NeighbourParaphraser's own default
+
+
+def finding_for(rule: str | None, mode: str, paraphraser: str, options: dict, prefix_keep_ratio: float
+                ) -> Finding | None:
+    """The measured finding for this SOFT configuration, if privft has one."""
+    fraction = options.get("fraction", NEIGHBOUR_DEFAULT_FRACTION)
+    for finding in FINDINGS:
+        if (finding.rule, finding.mode, finding.paraphraser) == (rule, mode, paraphraser) and \
+                abs(finding.fraction - fraction) < 1e-9 and abs(finding.prefix_keep_ratio - prefix_keep_ratio) < 1e-9:
+            return finding
+    return None
