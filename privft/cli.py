@@ -103,7 +103,7 @@ def _compare(args: argparse.Namespace) -> None:
     if args.write_default:
         _write_default(CompareConfig(), args.config, f"privft compare {args.config}")
         return
-    comparison = run_compare(load_yaml(CompareConfig, args.config))
+    comparison = run_compare(load_yaml(CompareConfig, args.config), finished_only=args.finished_only)
     print(comparison_table(comparison))
     print(f"Table, JSON, plot and one folder per cell: {comparison.output_dir}")
 
@@ -206,6 +206,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                   "alike; resumable")
     compare.add_argument("config", help="YAML config (see --write-default)")
     compare.add_argument("--write-default", action="store_true", help="write the default config to CONFIG and exit")
+    compare.add_argument("--finished-only", action="store_true",
+                         help="run no cell: tabulate the finished cells and name the pending ones")
     compare.set_defaults(run=_compare)
 
     shadows = commands.add_parser("shadows", help="plan and train a shadow-model farm for LiRA")

@@ -260,6 +260,7 @@ class Comparison:
     rows: list[dict[str, Any]]
     ran: list[str]
     output_dir: Path
+    pending: list[str] = field(default_factory=list)  # cells not yet run, when the table is partial
 
     @property
     def pretrained_perplexity(self) -> float:
@@ -357,10 +358,11 @@ def _progress(index: int, cells: list[Cell], todo: list[Cell], seconds: list[flo
     return line
 
 
-def run_compare(config: CompareConfig) -> Comparison:
+def run_compare(config: CompareConfig, *, finished_only: bool = False) -> Comparison:
     """Run (or resume) every cell, then write compare.json, compare.md and compare.png into `output_dir`.
 
-    Finished cells (their `cell.json` in the cells folder) are read, never recomputed.
+    Finished cells (their `cell.json` in the cells folder) are read, never recomputed;
+    `finished_only` runs nothing and tabulates the finished cells, naming the pending ones.
     """
     out = Path(config.output_dir)
     save_yaml(config, out / "compare.yaml")
@@ -369,6 +371,11 @@ def run_compare(config: CompareConfig) -> Comparison:
     rows: list[dict[str, Any] | None] = [_finished_row(path, cell) for path, cell in zip(paths, cells)]
     todo = [cell for cell, row in zip(cells, rows) if row is None]
     ran, seconds = [], []
+    if finished_only:
+        if not all(rows[:2]):
+            raise ValueError(f"The pretrained and plain-LoRA cells of {config.output_dir} have not finished; run "
+                             "`privft compare` without --finished-only first.")
+        return _write_outputs(Comparison([r for r in rows if r is not None], [], out, [c.name for c in todo]))
     for index, (cell, path) in enumerate(zip(cells, paths)):
         if rows[index] is not None:
             continue
@@ -386,7 +393,8 @@ def run_compare(config: CompareConfig) -> Comparison:
         todo.remove(cell)
         ran.append(cell.name)
         if index >= 1 and all(rows[:2]):  # the table needs the pretrained and the plain-LoRA rows
-            _write_outputs(Comparison([r for r in rows if r is not None], ran, out))  # partial: commit as cells land
+            partial = Comparison([r for r in rows if r is not None], ran, out, [c.name for c in todo])
+            _write_outputs(partial)  # commit as cells land
     return _write_outputs(Comparison(rows, ran, out))
 
 
@@ -474,6 +482,8 @@ def comparison_table(comparison: Comparison) -> str:
                   "pretrained model's. ΔAUC vs LoRA: the cell's AUC minus plain LoRA's on plain LoRA's strongest "
                   "attack, over the same texts, with a paired bootstrap interval (✱: excludes 0). Gain kept: the share of plain LoRA's perplexity gain the cell keeps. Canary "
                   "exposure: mean over canaries, of the most a rank among the alternatives can show."]
+    if comparison.pending:
+        lines += ["", f"Pending cells (not yet run; rerun `privft compare` to resume): {', '.join(comparison.pending)}."]
     return "\n".join(lines) + "\n" + adaptive_table(rows)
 
 

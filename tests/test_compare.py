@@ -133,6 +133,12 @@ def test_the_base_model_is_scored_once_per_grid(config, monkeypatch):
     assert all(m["tpr"][0]["n_members"] == 4 and m["tpr"][0]["n_non_members"] == 6 for m in adaptive.values())
     table = (comparison.output_dir / "compare.md").read_text()
     assert "Attackers who know the defence (4 members vs 6 non-members" in table and "Gain kept" in table
+    config.grid.lora_ranks = (2, 8)
+    calls = len(passes)
+    partial = run_compare(config, finished_only=True)  # tabulates, runs nothing
+    assert partial.pending == ["LoRA r=8"] and partial.ran == [] and len(passes) == calls
+    assert "Pending cells (not yet run; rerun `privft compare` to resume): LoRA r=8." in \
+        (partial.output_dir / "compare.md").read_text()
 
 
 def test_named_cells_change_dotted_settings_and_refuse_unknown_ones(config):
