@@ -140,7 +140,8 @@ def run_config(scale: PaperScale, domain: str, method: str, out: Path) -> RunCon
         epochs=scale.epochs, batch_size=scale.batch_size, max_length=scale.max_length, seed=scale.seed,
         learning_rate=scale.lora_learning_rate if lora else scale.full_learning_rate, lora=lora,
         output_dir=str(out / "training"))
-    soft = (SoftSettings(rule="paper", paraphraser_options={"fraction": SOFT_FRACTION}) if method == "soft"
+    soft = (SoftSettings(rule="paper", paraphraser_options={"fraction": SOFT_FRACTION}, mode="prefix+rewrite")
+            if method == "soft"
             else SoftSettings())
     # A fixed DP seed keeps the table reproducible; a real release would leave it None (secret OS entropy).
     dp = DPSettings(target_epsilon=DP_METHODS[method], seed=scale.seed) if method in DP_METHODS else DPSettings()
