@@ -314,13 +314,19 @@ def _finish_rows(rows: list[dict[str, Any]], reference_perplexity: float) -> Non
         row["overhead_vs_lora"] = row["train_seconds"] / baseline if trained and baseline > 0 else None
         row["learned"] = not trained or row["perplexity"] < reference_perplexity * (1 - MIN_PERPLEXITY_GAIN)
         row["gain_share"] = (reference_perplexity - row["perplexity"]) / gain if trained and gain > 0 else None
-        row["vs_lora"] = _paired_vs(lora, row) if row is not lora else None
+    lora_texts = _per_text(lora)  # read once, paired with every other row
+    for row in rows:
+        row["vs_lora"] = _paired_vs(lora_texts, lora["strongest_attack"], row) if row is not lora else None
 
 
-def _paired_vs(baseline: dict[str, Any], row: dict[str, Any]) -> dict[str, Any] | None:
-    """The row's AUC minus the baseline's, on the baseline's strongest attack, paired over the split's texts."""
-    attack = baseline["strongest_attack"]
-    texts = [json.loads(Path(r["report"]).read_text(encoding="utf-8"))["per_text"] for r in (baseline, row)]
+def _per_text(row: dict[str, Any]) -> dict[str, Any]:
+    """The per-text labels, hashes and scores of a row's saved report."""
+    return json.loads(Path(row["report"]).read_text(encoding="utf-8"))["per_text"]
+
+
+def _paired_vs(baseline: dict[str, Any], attack: str, row: dict[str, Any]) -> dict[str, Any] | None:
+    """The row's AUC minus the baseline's (its per-text report) on `attack`, paired over the split's texts."""
+    texts = [baseline, _per_text(row)]
     if texts[0]["sha256"] != texts[1]["sha256"] or attack not in texts[1]["scores"]:
         return None
     labels, (a, b) = np.array(texts[0]["label"]), (np.array(t["scores"][attack], dtype=float) for t in texts)
@@ -353,8 +359,9 @@ def _progress(index: int, cells: list[Cell], todo: list[Cell], seconds: list[flo
     """A progress line: which cell starts, and the grid's ETA from the cells timed so far in this call."""
     line = f"[privft compare] cell {index + 1}/{len(cells)}: {cells[index].name}"
     if seconds:
-        left = len(todo) * sum(seconds) / len(seconds)
-        line += f"; {len(todo)} cell(s) to run incl. this one, ETA {left / 60:.0f} min (mean {sum(seconds) / len(seconds) / 60:.1f} min per cell so far)"
+        mean = sum(seconds) / len(seconds)
+        line += (f"; {len(todo)} cell(s) to run incl. this one, ETA {len(todo) * mean / 60:.0f} min "
+                 f"(mean {mean / 60:.1f} min per cell so far)")
     return line
 
 

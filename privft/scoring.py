@@ -101,8 +101,8 @@ def model_fingerprint(model: PreTrainedModel) -> str:
         digest.update(name.encode())
         digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
     # peft's set_scale() and merging leave the state dict's keys alone; the flags and scales tell them apart.
-    for name, module in model.named_modules():
-        if not base_only and hasattr(module, "disable_adapters") and hasattr(module, "active_adapters"):
+    for name, module in () if base_only else model.named_modules():
+        if hasattr(module, "disable_adapters") and hasattr(module, "active_adapters"):
             state = (module.disable_adapters, module.active_adapters, getattr(module, "scaling", None),
                      getattr(module, "merged", None))
             digest.update(f"{name}:{state}".encode())
