@@ -103,7 +103,7 @@ def _compare(args: argparse.Namespace) -> None:
     if args.write_default:
         _write_default(CompareConfig(), args.config, f"privft compare {args.config}")
         return
-    comparison = run_compare(load_yaml(CompareConfig, args.config), finished_only=args.finished_only)
+    comparison = run_compare(load_yaml(CompareConfig, args.config), finished_only=args.finished_only, only=args.cell)
     print(comparison_table(comparison))
     print(f"Table, JSON, plot and one folder per cell: {comparison.output_dir}")
 
@@ -116,8 +116,11 @@ def _demo(args: argparse.Namespace) -> None:
 
 
 def _reproduce(args: argparse.Namespace) -> None:
-    from privft.paper.command import reproduce
+    from privft.paper.command import reproduce, reproduce_from_compare
 
+    if args.from_compare:
+        print(reproduce_from_compare(args.table, args.from_compare))
+        return
     domains = tuple(args.domains.split(",")) if args.domains else None
     print(reproduce(args.table, args.scale, args.out, domains))
 
@@ -208,6 +211,9 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--write-default", action="store_true", help="write the default config to CONFIG and exit")
     compare.add_argument("--finished-only", action="store_true",
                          help="run no cell: tabulate the finished cells and name the pending ones")
+    compare.add_argument("--cell", action="append", metavar="NAME",
+                         help="run only this cell (repeatable; the pretrained and plain-LoRA rows always run), "
+                              'e.g. --cell "DP-LoRA ε=8 (r=16)"')
     compare.set_defaults(run=_compare)
 
     shadows = commands.add_parser("shadows", help="plan and train a shadow-model farm for LiRA")
@@ -251,6 +257,9 @@ def build_parser() -> argparse.ArgumentParser:
                            help="quick: 2 domains on 2 CPU cores in ~30 min; paper: the paper's sizes, for a GPU")
     reproduce.add_argument("--domains", help="comma-separated paper datasets (default: the scale's), e.g. Wiki,GitHub")
     reproduce.add_argument("--out", default="runs/paper", help="cells are kept here and reused (resumable)")
+    reproduce.add_argument("--from-compare", metavar="CONFIG",
+                           help="fill table1 from a `privft compare` config's cells (pretrained, full FT, LoRA, SOFT "
+                                "release and paper rules), running the missing ones; e.g. experiments/compare-scale.yaml")
     reproduce.set_defaults(run=_reproduce)
     return parser
 

@@ -16,6 +16,7 @@ import json
 import math
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -365,26 +366,39 @@ def _progress(index: int, cells: list[Cell], todo: list[Cell], seconds: list[flo
     return line
 
 
-def run_compare(config: CompareConfig, *, finished_only: bool = False) -> Comparison:
-    """Run (or resume) every cell, then write compare.json, compare.md and compare.png into `output_dir`.
+def cells_to_run(cells: list[Cell], only: Sequence[str] | None) -> list[Cell]:
+    """The cells `only` names (every cell when None), always with the pretrained and plain-LoRA rows every table needs."""
+    if only is None:
+        return cells
+    names = [cell.name for cell in cells]
+    unknown = sorted(set(only) - set(names))
+    if unknown:
+        raise ValueError(f"No cell named {', '.join(map(repr, unknown))} in this grid; its cells are: "
+                         f"{', '.join(map(repr, names))}.")
+    return [cell for index, cell in enumerate(cells) if index < 2 or cell.name in only]
 
-    Finished cells (their `cell.json` in the cells folder) are read, never recomputed;
-    `finished_only` runs nothing and tabulates the finished cells, naming the pending ones.
+
+def run_compare(config: CompareConfig, *, finished_only: bool = False, only: Sequence[str] | None = None
+                ) -> Comparison:
+    """Run (or resume) the cells, then write compare.json, compare.md and compare.png into `output_dir`.
+
+    Finished cells (their `cell.json` in the cells folder) are read, never recomputed. `only`
+    names the cells to run in this call (the pretrained and plain-LoRA rows always run first);
+    `finished_only` runs nothing. Either way the table holds every finished cell and names the pending ones.
     """
     out = Path(config.output_dir)
     save_yaml(config, out / "compare.yaml")
     cells = grid_cells(config)
     paths = [config.cells_path / cell.slug / "cell.json" for cell in cells]
     rows: list[dict[str, Any] | None] = [_finished_row(path, cell) for path, cell in zip(paths, cells)]
-    todo = [cell for cell, row in zip(cells, rows) if row is None]
+    chosen = [] if finished_only else cells_to_run(cells, only)
+    todo = [cell for cell, row in zip(cells, rows) if row is None and cell in chosen]
+    if finished_only and not all(rows[:2]):
+        raise ValueError(f"The pretrained and plain-LoRA cells of {config.output_dir} have not finished; run "
+                         "`privft compare` without --finished-only first.")
     ran, seconds = [], []
-    if finished_only:
-        if not all(rows[:2]):
-            raise ValueError(f"The pretrained and plain-LoRA cells of {config.output_dir} have not finished; run "
-                             "`privft compare` without --finished-only first.")
-        return _write_outputs(Comparison([r for r in rows if r is not None], [], out, [c.name for c in todo]))
     for index, (cell, path) in enumerate(zip(cells, paths)):
-        if rows[index] is not None:
+        if cell not in todo:
             continue
         print(_progress(index, cells, todo, seconds), flush=True)
         start = time.perf_counter()
@@ -399,10 +413,15 @@ def run_compare(config: CompareConfig, *, finished_only: bool = False) -> Compar
         atomic_write_text(path, json.dumps(rows[index], indent=1))
         todo.remove(cell)
         ran.append(cell.name)
-        if index >= 1 and all(rows[:2]):  # the table needs the pretrained and the plain-LoRA rows
-            partial = Comparison([r for r in rows if r is not None], ran, out, [c.name for c in todo])
-            _write_outputs(partial)  # commit as cells land
-    return _write_outputs(Comparison(rows, ran, out))
+        if index >= 1 and todo:  # the table needs the pretrained and the plain-LoRA rows; commit as cells land
+            _write_outputs(_comparison(cells, rows, ran, out))
+    return _write_outputs(_comparison(cells, rows, ran, out))
+
+
+def _comparison(cells: list[Cell], rows: list[dict[str, Any] | None], ran: list[str], out: Path) -> Comparison:
+    """The finished rows, in grid order, naming the cells still pending."""
+    return Comparison([row for row in rows if row is not None], list(ran), out,
+                      [cell.name for cell, row in zip(cells, rows) if row is None])
 
 
 def _write_outputs(comparison: Comparison) -> Comparison:

@@ -139,6 +139,12 @@ def test_the_base_model_is_scored_once_per_grid(config, monkeypatch):
     assert partial.pending == ["LoRA r=8"] and partial.ran == [] and len(passes) == calls
     assert "Pending cells (not yet run; rerun `privft compare` to resume): LoRA r=8." in \
         (partial.output_dir / "compare.md").read_text()
+    config.grid.lora_ranks = (2, 8, 16)
+    with pytest.raises(ValueError, match=r"No cell named 'LoRA r=9' in this grid; its cells are: .*'LoRA r=8'"):
+        run_compare(config, only=["LoRA r=9"])
+    chosen = run_compare(config, only=["LoRA r=8"])  # runs that cell alone; the finished ones are read
+    assert chosen.ran == ["LoRA r=8"] and chosen.pending == ["LoRA r=16"]
+    assert [n for desc, n in passes[calls:] if desc == "reference"] == [0]  # still the grid's one reference pass
 
 
 def test_named_cells_change_dotted_settings_and_refuse_unknown_ones(config):
@@ -153,3 +159,23 @@ def test_named_cells_change_dotted_settings_and_refuse_unknown_ones(config):
     config.grid.cells = (CellSpec("bad rule", set={"soft.rule": "nope"}),)
     with pytest.raises(ValueError, match=r"grid.cells 'bad rule'.*soft.rule='nope'"):
         grid_cells(config)
+
+
+def test_reproduce_table1_from_a_comparisons_cells(config, tmp_path, capsys):
+    """The paper's layout is filled from the comparison's own cells, run (only those it needs) or reused."""
+    from privft.cli import main
+
+    config.grid = GridSettings(lora_ranks=(2,), soft_rules=("release",), dp_epsilons=(), full_learning_rate=1e-3)
+    path = save_yaml(config, tmp_path / "compare.yaml")
+    main(["reproduce", "table1", "--from-compare", str(path)])
+    printed = capsys.readouterr().out
+    header = next(line for line in printed.splitlines() if line.startswith("| Attack |"))
+    assert header == "| Attack | local data Pretrained | local data FT | local data LoRA | local data SOFT |"
+    assert "| ReCaLL | — | — | — | — |" in printed  # a comparison's audit has no context attacks
+    assert "**Mean** (the 3 paper rows measured)" in printed and "### Published (SOFT Table 1" in printed
+    finished = json.loads((tmp_path / "compare" / "compare.json").read_text())
+    assert [row["name"] for row in finished["rows"]] == [PRETRAINED, "LoRA r=4", "full fine-tuning",
+                                                         "SOFT release (r=4)"]  # LoRA r=2 is not Table 1's
+    assert (tmp_path / "compare" / "table1.png").read_bytes()[:4] == b"\x89PNG"
+    with pytest.raises(SystemExit, match="--from-compare fills table1 only"):
+        main(["reproduce", "tpr", "--from-compare", str(path)])

@@ -1,11 +1,14 @@
-"""`privft reproduce <table> --scale quick|paper`: run the cells a table needs and print it beside the paper's."""
+"""`privft reproduce <table> --scale quick|paper` (or `--from-compare CONFIG`): run a table's cells, show the paper's."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
 
+from privft.compare import CompareConfig
+from privft.config import load_yaml
 from privft.io import atomic_write_bytes, atomic_write_text
+from privft.paper.from_compare import compare_cells
 from privft.paper.plots import mean_auc_png
 from privft.paper.published import load_published
 from privft.paper.reproduce import METHODS, SCALES, run_cells
@@ -37,4 +40,19 @@ def reproduce(table: str, scale_name: str, out: str | Path, domains: tuple[str, 
     atomic_write_text(directory / f"{table}.md", text)
     if table == "table1":
         atomic_write_bytes(directory / "table1.png", mean_auc_png(cells, published))
+    return text
+
+
+def reproduce_from_compare(table: str, config_path: str | Path) -> str:
+    """Table 1's layout filled from the cells of the comparison `config_path` (run or reused), beside the paper's."""
+    if table != "table1":
+        raise ValueError(f"--from-compare fills table1 only (a comparison's audit has no context attacks for {table});"
+                         f" run `privft reproduce {table} --scale quick` instead.")
+    config = load_yaml(CompareConfig, config_path)
+    cells = compare_cells(config)
+    text = (f"## SOFT table1: measured ({config.run.model}, the split of {config_path}) vs published\n\n"
+            f"{table1_markdown(cells, load_published())}")
+    directory = Path(config.output_dir)
+    atomic_write_text(directory / "table1.md", text)
+    atomic_write_bytes(directory / "table1.png", mean_auc_png(cells, load_published()))
     return text

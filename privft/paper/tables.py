@@ -10,8 +10,9 @@ import numpy as np
 from privft.paper.published import Published
 from privft.paper.reproduce import Cell
 
+# Column and row order, as in the paper (the paper-rule SOFT column exists only in tables filled from a comparison).
 METHOD_LABELS = {"pretrained": "Pretrained", "full_ft": "FT", "lora": "LoRA", "dp_eps_0.01": "DP-LoRA ε = 0.01",
-                 "dp_eps_100": "DP-LoRA ε = 100", "soft": "SOFT"}  # column and row order, as in the paper
+                 "dp_eps_100": "DP-LoRA ε = 100", "soft": "SOFT", "soft_paper": "SOFT (paper rule)"}
 # The paper's rows, in its order, with the key of our measurement (the bag-of-words row is the blind baseline).
 PAPER_ROWS = (("Loss", "loss"), ("Zlib", "zlib"), ("Lowercase", "lowercase"), ("Min-K", "min_k"),
               ("Min-K++", "min_k_pp"), ("Ratio", "ref_ratio"), ("Bag-of-words", "blind_baseline"),
@@ -54,27 +55,46 @@ def _columns(domains: Sequence[str], methods: Sequence[str]) -> list[str]:
     return [f"{d} {METHOD_LABELS[m]}" for d in domains for m in methods]
 
 
+def measures(cell: Cell, key: str) -> bool:
+    """Whether the cell's audit ran this attack (the blind baseline always runs)."""
+    return key == "blind_baseline" or key in cell.report["attacks"]
+
+
+def measured_rows(cells: Sequence[Cell]) -> tuple[tuple[str, str], ...]:
+    """The paper's rows every cell measured (an audit without context lacks ReCaLL, CON-ReCaLL and the Ensemble)."""
+    return tuple((label, key) for label, key in PAPER_ROWS if all(measures(c, key) for c in cells))
+
+
+def mean_label(rows: Sequence[tuple[str, str]]) -> str:
+    """The mean row's label: over the ten paper rows, or over those measured."""
+    return "ten paper rows" if len(rows) == len(PAPER_ROWS) else f"the {len(rows)} paper rows measured"
+
+
 def table1_markdown(cells: Sequence[Cell], published: Published) -> str:
     """Attack AUC (rows: attacks and their mean; columns: dataset × method), measured then published."""
     domains, methods, grid = _grid(cells)
     header = ["Attack", *_columns(domains, methods)]
+    rows = measured_rows(cells)
     measured = []
     for label, key in PAPER_ROWS + EXTRA_ROWS:
         row = [label]
         for d in domains:
             for m in methods:
+                if not measures(grid[d, m], key):
+                    row.append(DASH)
+                    continue
                 auc = attack_metrics(grid[d, m], key)["auc"]
                 row.append(f"{auc['auc']:.3f} ({auc['ci_low']:.2f}–{auc['ci_high']:.2f})")
         measured.append(row)
-    measured.append(["**Mean** (ten paper rows)", *[f"**{np.mean([_auc(grid[d, m], k) for _, k in PAPER_ROWS]):.3f}**"
-                                                   for d in domains for m in methods]])
+    measured.append([f"**Mean** ({mean_label(rows)})",
+                     *[f"**{np.mean([_auc(grid[d, m], k) for _, k in rows]):.3f}**" for d in domains for m in methods]])
     published_rows = []
     for label, _ in PAPER_ROWS:
         published_rows.append([label, *[_published(published.cell(m, d, label)) for d in domains for m in methods]])
     published_rows.append(["**Mean**", *[_published_mean(published, m, d) for d in domains for m in methods]])
     counts = _counts(cells)
     return (f"### Measured: attack AUC (95 % bootstrap CI)\n\n{_markdown(header, measured)}\n{counts}\n"
-            "† not in the paper's table; not in the mean.\n\n"
+            "† not in the paper's table; not in the mean. — not measured by this audit.\n\n"
             f"### Published (SOFT Table 1, Llama-3.2-3B)\n\n{_markdown(header, published_rows)}\n"
             f"Published means over all six datasets: FT {published.value('ft_mean_auc'):.3f}, "
             f"LoRA {published.value('lora_mean_auc'):.3f}, SOFT {published.value('soft_mean_auc'):.3f}; "
@@ -92,9 +112,11 @@ def _published_mean(published: Published, method: str, dataset: str) -> str:
 
 def _counts(cells: Sequence[Cell]) -> str:
     split = cells[0].report["split"]
+    counts = f"Each cell: {split['n_members']} members vs {split['n_non_members']} non-members"
+    if "ensemble" not in cells[0].report["attacks"]:
+        return counts + "."
     ensemble = attack_metrics(cells[0], "ensemble")["auc"]
-    return (f"Each cell: {split['n_members']} members vs {split['n_non_members']} non-members "
-            f"(Ensemble: scored on the {ensemble['n_members']} vs {ensemble['n_non_members']} it was not fitted on).")
+    return f"{counts} (Ensemble: scored on the {ensemble['n_members']} vs {ensemble['n_non_members']} it was not fitted on)."
 
 
 def tpr_markdown(cells: Sequence[Cell], published: Published) -> str:

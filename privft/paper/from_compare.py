@@ -1,0 +1,45 @@
+"""The paper's Table 1 layout filled from a comparison's cells (`privft reproduce table1 --from-compare CONFIG`)."""
+
+from __future__ import annotations
+
+import json
+
+from privft.compare import PRETRAINED, CompareConfig, grid_cells, run_compare
+from privft.paper.published import domain_analogues
+from privft.paper.reproduce import Cell
+
+
+def paper_methods(config: CompareConfig) -> dict[str, str]:
+    """Paper method → the comparison's cell that stands for it: pretrained, FT, LoRA, SOFT (release rule; paper rule)."""
+    rank = config.run.training.lora.rank if config.run.training.lora else None
+    wanted = {"pretrained": PRETRAINED, "full_ft": "full fine-tuning", "lora": f"LoRA r={rank}",
+              "soft": f"SOFT release (r={rank})", "soft_paper": f"SOFT paper (r={rank})"}
+    names = {cell.name for cell in grid_cells(config)}
+    missing = [name for method, name in wanted.items() if name not in names and method != "soft_paper"]
+    if missing:
+        raise ValueError(f"The comparison has no cell {', '.join(map(repr, missing))}, which Table 1 needs: set "
+                         "grid.full_finetune: true and put release in grid.soft_rules.")
+    return {method: name for method, name in wanted.items() if name in names}
+
+
+def paper_domain(config: CompareConfig) -> str:
+    """The paper's dataset whose local analogue is the comparison's corpus (else its name; "local data" for a file)."""
+    corpus = config.run.data.corpus
+    if corpus is None:
+        return "local data"
+    return next((paper for paper, analogue in domain_analogues().items() if analogue.corpus == corpus), corpus)
+
+
+def compare_cells(config: CompareConfig) -> list[Cell]:
+    """Run (or reuse) the comparison's cells that Table 1 needs, as the reproduction's cells."""
+    methods = paper_methods(config)
+    comparison = run_compare(config, only=list(methods.values()))
+    rows = {row["name"]: row for row in comparison.rows}
+    slugs = {cell.name: cell.slug for cell in grid_cells(config)}
+    domain = paper_domain(config)
+    cells = []
+    for method, name in methods.items():
+        row = rows[name]
+        report = json.loads((config.cells_path / slugs[name] / "report.json").read_text(encoding="utf-8"))
+        cells.append(Cell(domain, method, report, row["train_seconds"], row["adaptive"] or {}, row["privacy"]))
+    return cells
