@@ -26,8 +26,8 @@ from pathlib import Path
 import torch
 from scoring import _batches, bare_forward  # benchmarks/scoring.py, beside this script
 
-from privft.config import load_yaml
 from privft.compare import CompareConfig, grid_cells
+from privft.config import load_yaml
 from privft.models import load_model
 from privft.pipeline import canary_plan, load_split, run_training
 from privft.training import build_trainer, tokenize_for_training

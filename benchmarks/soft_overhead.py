@@ -26,8 +26,8 @@ import torch
 from peft import get_peft_model
 from transformers import DataCollatorForLanguageModeling, Trainer, TrainingArguments
 
-from privft.data import load_corpus
 from privft.callbacks import prepare_soft
+from privft.data import load_corpus
 from privft.models import build_tiny_llama, train_bpe_tokenizer
 from privft.paraphrase import NeighbourParaphraser, obfuscate
 from privft.training import LoraSettings, tokenize_for_training

@@ -12,8 +12,11 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from privft.attacks import ATTACKS, DEFAULT_ATTACKS, AttackInputs, blind_baseline_scores, get_attack
 from privft.attacks.ensemble import COMPONENTS as ENSEMBLE_COMPONENTS
 from privft.audit_context import AuditContext
+from privft.config import require
 from privft.data import MembershipSplit
 from privft.data.split import text_sha256
+from privft.dataset_inference import check_set_sizes, dataset_inference_from_scores
+from privft.extraction import ExtractionSettings, run_extraction
 from privft.metrics import DEFAULT_MAX_FPRS, PERPLEXITY_CONVENTION, AttackMetrics, evaluate_attack, perplexity
 from privft.report import AuditReport, PerplexityResult
 from privft.scoring import StatsCache, TokenStats, score_texts
@@ -45,23 +48,25 @@ class AuditConfig:
     min_k_fraction: float = 0.2
     cache_dir: str | None = None
     ensemble_fit_fraction: float = 0.3  # share of the split whose labels the Ensemble attacker holds and fits on
+    extraction: ExtractionSettings | None = None  # None: no extraction audit; ExtractionSettings() for the defaults
+    dataset_inference: bool = False  # Maini et al.'s set-level test of the members against the non-members
 
     def __post_init__(self) -> None:
         """Refuse settings the audit would only trip over after training and scoring."""
         for name in self.attacks or ():
             get_attack(name)  # an unknown name fails here, before any forward pass
-        if not self.max_fprs or not all(0 < f <= 1 for f in self.max_fprs):
-            raise ValueError(f"max_fprs={self.max_fprs} must hold at least one FPR ceiling, each in (0, 1], "
-                             "e.g. (0.01, 0.001).")
-        for name, least in (("n_bootstrap", 1), ("batch_size", 1), ("max_length", 2), ("stride", 1)):
+        require(bool(self.max_fprs) and all(0 < f <= 1 for f in self.max_fprs), "max_fprs", self.max_fprs,
+                "must hold at least one FPR ceiling, each in (0, 1], e.g. (0.01, 0.001).")
+        for name, least in (("n_bootstrap", 1), ("batch_size", 1), ("max_length", 2), ("stride", 1), ("seed", 0)):
             value = getattr(self, name)
-            if value is not None and value < least:
-                raise ValueError(f"{name}={value} must be at least {least}.")
-        if not 0 < self.min_k_fraction <= 1:
-            raise ValueError(f"min_k_fraction={self.min_k_fraction} must be in (0, 1].")
-        if not 0 < self.ensemble_fit_fraction < 1:
-            raise ValueError(f"ensemble_fit_fraction={self.ensemble_fit_fraction} must be in (0, 1): "
-                             "the ensemble is fitted on that share and scored on the rest.")
+            require(value is None or value >= least, name, value, f"must be at least {least}.")
+        require(0 < self.min_k_fraction <= 1, "min_k_fraction", self.min_k_fraction, "must be in (0, 1].")
+        require(0 < self.ensemble_fit_fraction < 1, "ensemble_fit_fraction", self.ensemble_fit_fraction,
+                "must be in (0, 1): the ensemble is fitted on that share and scored on the rest.")
+        if self.extraction is not None and self.max_length is not None:  # within one window, every context is whole
+            require(self.max_length > self.extraction.longest_read, "max_length", self.max_length,
+                    f"must exceed the {self.extraction.longest_read} tokens extraction reads (BOS + prefix + "
+                    "suffix in one window); raise it or shorten extraction.prefix_lengths or suffix_length.")
 
 
 def ensemble_known_labels(y_true: np.ndarray, fraction: float, seed: int) -> np.ndarray:
@@ -185,6 +190,8 @@ def run_audit(
 
     context = context or AuditContext()
     context.check(texts)  # before any forward pass
+    if config.dataset_inference:
+        check_set_sizes(len(split.members), len(split.non_members))
     names, notes = select_attacks(config, available_statistics(reference_context is not None, context), same_tok)
     needed = needed_statistics(names)
 
@@ -206,6 +213,11 @@ def run_audit(
     inputs = AttackInputs(texts, target_stats, reference_stats, lowercase_stats, same_tok, config.min_k_fraction,
                           **extra)
     scores = {name: get_attack(name)(inputs) for name in names}
+    extraction = None
+    if config.extraction is not None:  # probabilistic extraction reads target_stats: no forward pass of its own
+        extraction = run_extraction(model, tokenizer, texts, y_true, target_stats, config.extraction,
+                                    seed=config.seed, batch_size=config.batch_size)
+        notes.extend(extraction.notes)
 
     def metrics(name: str, values: np.ndarray) -> AttackMetrics:
         scored = np.isfinite(values)
@@ -232,4 +244,7 @@ def run_audit(
         labels=y_true,
         text_sha256=[text_sha256(t) for t in texts],
         notes=notes,
+        extraction=extraction,
+        dataset_inference=(dataset_inference_from_scores(scores, y_true, seed=config.seed).to_dict()
+                           if config.dataset_inference else None),
     )

@@ -1,4 +1,4 @@
-"""The `privft` command: `audit`, `train`, `compare` defences, `shadows` + `lira`, `reproduce` the paper, `demo`."""
+"""The `privft` command: `audit`, `train`, `gate` a release, `compare`, `shadows` + `lira`, `reproduce`, `demo`."""
 
 from __future__ import annotations
 
@@ -14,34 +14,53 @@ from privft.metrics import DEFAULT_MAX_FPRS
 if TYPE_CHECKING:
     from privft.audit_context import AuditContext
     from privft.data import MembershipSplit
+    from privft.extraction import ExtractionSettings
 
 NEIGHBOUR_FRACTION = 0.1  # share of a text's words each neighbour swaps, as `privft reproduce` does
+AUDIT_FLAGS = {"attacks": "--attacks", "max_fprs": "--max-fpr", "n_bootstrap": "--bootstrap", "seed": "--seed",
+               "batch_size": "--batch-size", "max_length": "--max-length", "cache_dir": "--cache-dir"}
+
+
+def _extraction_settings(args: argparse.Namespace) -> ExtractionSettings | None:
+    """The extraction audit the flags ask for, or None without --extraction."""
+    from privft.extraction import ExtractionSettings
+
+    if args.extraction_max_texts is not None and not args.extraction:
+        raise SystemExit("privft audit: --extraction-max-texts needs --extraction.")
+    return ExtractionSettings(greedy_max_texts=args.extraction_max_texts) if args.extraction else None
 
 
 def _audit(args: argparse.Namespace) -> None:
     from privft.audit import AuditConfig, run_audit
-    from privft.data import MembershipSplit, load_texts
+    from privft.config import SettingError
+    from privft.data import MembershipSplit
     from privft.models import load_model
+    from privft.run_folder import check_audit_folder, check_writable
 
     if args.split:
         split = MembershipSplit.load(args.split)
     elif args.members and args.non_members:
-        split = MembershipSplit.from_texts(load_texts(args.members, args.text_column),
-                                           load_texts(args.non_members, args.text_column),
+        split = MembershipSplit.from_texts(_load_texts(args.members, args.text_column),
+                                           _load_texts(args.non_members, args.text_column),
                                            source=f"{args.members} vs {args.non_members}")
     else:
         raise SystemExit("privft audit: give --split MANIFEST, or both --members and --non-members.")
-    config = AuditConfig(
-        attacks=tuple(args.attacks.split(",")) if args.attacks else None,
-        max_fprs=tuple(args.max_fpr or DEFAULT_MAX_FPRS),
-        n_bootstrap=args.bootstrap, seed=args.seed, batch_size=args.batch_size,
-        max_length=args.max_length, cache_dir=args.cache_dir,
-    )
+    try:
+        config = AuditConfig(
+            attacks=tuple(args.attacks.split(",")) if args.attacks else None,
+            max_fprs=tuple(args.max_fpr or DEFAULT_MAX_FPRS),
+            n_bootstrap=args.bootstrap, seed=args.seed, batch_size=args.batch_size,
+            max_length=args.max_length, cache_dir=args.cache_dir, dataset_inference=args.dataset_inference,
+            extraction=_extraction_settings(args),
+        )
+    except SettingError as error:  # named as the flag the user typed, not the AuditConfig field
+        raise SettingError(AUDIT_FLAGS.get(error.key, error.key), error.value, error.requirement) from None
     context = _audit_context(args, split)
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise SystemExit(f"privft audit: --out {args.out} is a file; give a folder for the report.")
-    out.mkdir(parents=True, exist_ok=True)  # before any model loads: an unusable --out costs no scoring
+    check_audit_folder(out, args.model, config, split, overwrite=args.overwrite)
+    check_writable(out)  # before any model loads: an unusable --out costs no scoring
     model, tokenizer = load_model(args.model)
     reference = reference_tokenizer = None
     if args.reference:
@@ -53,15 +72,25 @@ def _audit(args: argparse.Namespace) -> None:
     print(f"Report: {paths['json']}, {paths['markdown']}, {paths['roc']}")
 
 
+def _load_texts(path: str, text_column: str) -> list[str]:
+    """The texts of a file named on the command line; a missing column is named as the --text-column flag."""
+    from privft.data import load_texts
+    from privft.data.errors import MissingColumnError
+
+    try:
+        return load_texts(path, text_column)
+    except MissingColumnError as error:
+        raise error.for_option("--text-column") from None
+
+
 def _audit_context(args: argparse.Namespace, split: MembershipSplit) -> AuditContext:
     """ReCaLL / CON-ReCaLL prefixes and neighbours from the command line; prefixes checked before any model loads."""
     from privft.audit_context import AuditContext, generate_neighbours
-    from privft.data import load_texts
     from privft.models import cache_dir
     from privft.paraphrase import ParaphraseCache, build_paraphraser
 
     texts, _ = split.labels_and_texts()
-    prefixes = {name: tuple(load_texts(path, args.text_column)) if path else ()
+    prefixes = {name: tuple(_load_texts(path, args.text_column)) if path else ()
                 for name, path in (("non_member_prefix", args.prefix_non_members),
                                    ("member_prefix", args.prefix_members))}
     AuditContext(**prefixes).check(texts)
@@ -74,14 +103,16 @@ def _audit_context(args: argparse.Namespace, split: MembershipSplit) -> AuditCon
     return AuditContext(**prefixes, neighbours=neighbours)
 
 
-def _write_default(config: object, path: str, next_step: str) -> None:
-    """Write a default config as YAML and say what to run once it is edited; never over an existing file."""
+def _write_default(config: object, path: str, next_step: str, text: str | None = None) -> None:
+    """Write a default config as YAML (or as `text`) and say what to run once it is edited; never over a file."""
     from privft.config import save_yaml
+    from privft.io import atomic_write_text
 
     if Path(path).exists():
         raise FileExistsError(f"{path} already exists and --write-default does not replace it; delete it first, "
                               "or give another path to write the default config to.")
-    print(f"Wrote {save_yaml(config, path)}; edit it, then run: {next_step}")
+    written = save_yaml(config, path) if text is None else atomic_write_text(path, text)
+    print(f"Wrote {written}; edit it, then run: {next_step}")
 
 
 def _train(args: argparse.Namespace) -> None:
@@ -94,6 +125,39 @@ def _train(args: argparse.Namespace) -> None:
     result = run_training(load_yaml(RunConfig, args.config))
     print(result.report.to_markdown())
     print(f"Model, manifest and report: {result.output_dir}")
+    if result.verdict:  # a run with a `gate` policy ends with its verdict, and exits as `privft gate` would
+        print(result.verdict.to_markdown())
+        if result.verdict.exit_code:
+            raise SystemExit(result.verdict.exit_code)
+
+
+def _gate(args: argparse.Namespace) -> None:
+    from privft.callbacks.audit import CARD_START, write_gate_verdict
+    from privft.config import load_yaml
+    from privft.gate import GatePolicy, check, policy_yaml
+
+    if args.write_default:
+        _write_default(GatePolicy(), args.write_default, f"privft gate REPORT --policy {args.write_default}",
+                       text=policy_yaml(GatePolicy()))
+        return
+    if not args.report:
+        print("privft gate: give REPORT (a report.json or its folder), or --write-default POLICY.", file=sys.stderr)
+        raise SystemExit(2)
+    try:
+        verdict = check(args.report, load_yaml(GatePolicy, args.policy) if args.policy else GatePolicy())
+    except (ValueError, OSError) as error:  # an unreadable report or policy cannot be judged: exit 2, not 1 (fail)
+        print(f"privft gate: cannot judge: {error}", file=sys.stderr)
+        raise SystemExit(2) from error
+    print(verdict.to_markdown() + ("" if args.policy else "(the default policy: `privft gate --write-default`)"))
+    folder = Path(args.report) if Path(args.report).is_dir() else Path(args.report).parent
+    cards = args.model_card or [d for d in (folder, folder / "model")
+                                if (d / "README.md").is_file() and CARD_START in (d / "README.md").read_text("utf-8")]
+    for card in cards:
+        print(f"Verdict written into {write_gate_verdict(card, verdict)}")
+    if not cards:
+        print("No privft model card beside the report: give --model-card DIR to write the verdict into one.")
+    if verdict.exit_code:
+        raise SystemExit(verdict.exit_code)
 
 
 def _compare(args: argparse.Namespace) -> None:
@@ -197,13 +261,34 @@ def build_parser() -> argparse.ArgumentParser:
                        help="N word-swap neighbours per text for the neighbourhood attack (local paraphraser)")
     audit.add_argument("--neighbour-model",
                        help="model proposing the neighbours' word swaps (default: the embedded smollm2-135m)")
+    audit.add_argument("--dataset-inference", action="store_true",
+                       help="also test the members as a set against the non-members (Maini et al. 2024), with a "
+                            "false-positive control")
+    audit.add_argument("--extraction", action="store_true",
+                       help="also measure extraction: P(suffix | prefix) of every text from the audit's own pass "
+                            "(prefixes of 32 and 50 tokens) and greedy 32-token extraction from 32-token prefixes")
+    audit.add_argument("--extraction-max-texts", type=int, metavar="N",
+                       help="with --extraction, greedy-decode at most N members and N non-members (seeded)")
     audit.add_argument("--out", default="runs/audit", help="output folder for report.json, report.md, roc.png")
+    audit.add_argument("--overwrite", action="store_true",
+                       help="replace the report in an --out folder that holds another audit or a training run")
     audit.set_defaults(run=_audit)
 
     train = commands.add_parser("train", help="fine-tune from a YAML config with canaries, SOFT and the audit")
     train.add_argument("config", help="YAML config (see --write-default)")
     train.add_argument("--write-default", action="store_true", help="write the default config to CONFIG and exit")
     train.set_defaults(run=_train)
+
+    gate = commands.add_parser("gate", help="release gate: judge an audit report against a policy; exit 0 pass, "
+                                            "1 fail, 2 cannot judge")
+    gate.add_argument("report", nargs="?", help="report.json (privft audit or train) or its folder; dp.json beside "
+                                                "it is read too")
+    gate.add_argument("--policy", help="YAML GatePolicy (see --write-default; default: the default policy)")
+    gate.add_argument("--model-card", action="append", metavar="DIR",
+                      help="write the verdict into DIR/README.md (repeatable; default: the privft model cards "
+                           "beside the report, and in its model/ folder)")
+    gate.add_argument("--write-default", metavar="POLICY", help="write the default policy, commented, and exit")
+    gate.set_defaults(run=_gate)
 
     compare = commands.add_parser("compare", help="full FT, LoRA ranks, SOFT rules and DP-LoRA on one split, audited "
                                                   "alike; resumable")
@@ -259,7 +344,8 @@ def build_parser() -> argparse.ArgumentParser:
     reproduce.add_argument("--out", default="runs/paper", help="cells are kept here and reused (resumable)")
     reproduce.add_argument("--from-compare", metavar="CONFIG",
                            help="fill table1 from a `privft compare` config's cells (pretrained, full FT, LoRA, SOFT "
-                                "release and paper rules), running the missing ones; e.g. experiments/compare-scale.yaml")
+                                "release and paper rules), running the missing ones, e.g. "
+                                "experiments/compare-scale.yaml")
     reproduce.set_defaults(run=_reproduce)
     return parser
 

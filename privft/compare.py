@@ -33,8 +33,8 @@ from privft.models import cache_dir, load_model
 from privft.paper.adaptive import adaptive_scores
 from privft.paraphrase import ParaphraseCache
 from privft.pipeline import RunConfig, RunResult, load_split, run_training, soft_paraphraser
-from privft.scoring import StatsCache
 from privft.report import package_versions
+from privft.scoring import StatsCache
 
 MIN_PERPLEXITY_GAIN = 0.01
 """A cell whose validation perplexity is not at least 1 % below the pretrained model's did not learn."""
@@ -367,7 +367,7 @@ def _progress(index: int, cells: list[Cell], todo: list[Cell], seconds: list[flo
 
 
 def cells_to_run(cells: list[Cell], only: Sequence[str] | None) -> list[Cell]:
-    """The cells `only` names (every cell when None), always with the pretrained and plain-LoRA rows every table needs."""
+    """The cells `only` names (all when None), always with the pretrained and plain-LoRA rows every table needs."""
     if only is None:
         return cells
     names = [cell.name for cell in cells]
@@ -494,7 +494,8 @@ def comparison_table(comparison: Comparison) -> str:
                     else "n/a")
         cells = [row["name"], epsilon,
                  f"{row['strongest_attack']} {s['auc']:.3f} [{s['auc_ci'][0]:.2f}, {s['auc_ci'][1]:.2f}]",
-                 *[_rate(t) for t in s["tpr"]], _delta(row.get("vs_lora")), f"{m['auc']:.3f}", *[_rate(t, mean=True) for t in m["tpr"]],
+                 *[_rate(t) for t in s["tpr"]], _delta(row.get("vs_lora")), f"{m['auc']:.3f}",
+                 *[_rate(t, mean=True) for t in m["tpr"]],
                  f"{row['perplexity']:.2f}", gain, exposure, f"{row['train_seconds']:.0f}", overhead,
                  "; ".join(notes)]
         lines.append("| " + " | ".join(cells) + " |")
@@ -506,10 +507,12 @@ def comparison_table(comparison: Comparison) -> str:
                   "excluded, and so is SOFT's paraphrasing, done once before training and cached). "
                   f"{NO_TRAINING}: validation perplexity not at least {MIN_PERPLEXITY_GAIN:.0%} below the "
                   "pretrained model's. ΔAUC vs LoRA: the cell's AUC minus plain LoRA's on plain LoRA's strongest "
-                  "attack, over the same texts, with a paired bootstrap interval (✱: excludes 0). Gain kept: the share of plain LoRA's perplexity gain the cell keeps. Canary "
-                  "exposure: mean over canaries, of the most a rank among the alternatives can show."]
+                  "attack, over the same texts, with a paired bootstrap interval (✱: excludes 0). Gain kept: the "
+                  "share of plain LoRA's perplexity gain the cell keeps. Canary exposure: mean over canaries, of the "
+                  "most a rank among the alternatives can show."]
     if comparison.pending:
-        lines += ["", f"Pending cells (not yet run; rerun `privft compare` to resume): {', '.join(comparison.pending)}."]
+        lines += ["", "Pending cells (not yet run; rerun `privft compare` to resume): "
+                      f"{', '.join(comparison.pending)}."]
     return "\n".join(lines) + "\n" + adaptive_table(rows)
 
 

@@ -19,6 +19,22 @@ class ConfigError(ValueError):
     """A config file or dict does not match the config's fields."""
 
 
+class SettingError(ValueError):
+    """One setting's value is out of range; `from_dict` names it by its full key (e.g. `training.epochs`)."""
+
+    def __init__(self, key: str, value: Any, requirement: str) -> None:
+        super().__init__(f"{key}={value!r} {requirement}")
+        self.key = key
+        self.value = value
+        self.requirement = requirement
+
+
+def require(condition: bool, key: str, value: Any, requirement: str) -> None:
+    """Raise `SettingError(key, value, requirement)` unless `condition` holds."""
+    if not condition:
+        raise SettingError(key, value, requirement)
+
+
 def to_dict(config: Any) -> dict[str, Any]:
     """A plain dict (tuples as lists) of a dataclass config, ready for YAML or JSON."""
     def plain(value: Any) -> Any:
@@ -77,7 +93,11 @@ def from_dict(cls: type[T], data: dict[str, Any], where: str = "config") -> T:
     if unknown:
         raise ConfigError(f"Unknown key(s) {unknown} in {where}; valid keys: {sorted(fields)}.")
     hints = typing.get_type_hints(cls)
-    return cls(**{name: _convert(value, hints[name], f"{where}.{name}") for name, value in data.items()})
+    values = {name: _convert(value, hints[name], f"{where}.{name}") for name, value in data.items()}
+    try:
+        return cls(**values)
+    except SettingError as error:  # a range check of the dataclass itself: name the key as the file spells it
+        raise ConfigError(f"{where}.{error}") from None
 
 
 def load_yaml(cls: type[T], path: str | Path) -> T:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import os
 import tempfile
 from pathlib import Path
@@ -37,3 +38,12 @@ def _mode_for(path: Path) -> int:
     umask = os.umask(0)
     os.umask(umask)
     return 0o666 & ~umask
+
+
+def remove_temp_files(path: str | os.PathLike[str]) -> list[Path]:
+    """Delete the temp files that interrupted `atomic_write_*` calls for `path` left beside it; returns them."""
+    path = Path(path)
+    stale = sorted(path.parent.glob(f".{glob.escape(path.name)}.*.tmp")) if path.parent.is_dir() else []
+    for leftover in stale:
+        leftover.unlink(missing_ok=True)
+    return stale

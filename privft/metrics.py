@@ -25,6 +25,9 @@ PERPLEXITY_CONVENTION = (
 MIN_RESOLVING_FALSE_POSITIVES = 10
 """Below this many allowed false positives a TPR-at-FPR estimate gets a resolution warning."""
 
+MIN_SAMPLE_PER_CLASS = 20
+"""Below this many members or non-members an AUC gets a small-sample warning, and the blind baseline no verdict."""
+
 _BOOTSTRAP_CHUNK = 64  # resamples processed at once; bounds memory to ~chunk x n_scores
 
 
@@ -38,6 +41,7 @@ class AUCResult:
     n_members: int
     n_non_members: int
     n_bootstrap: int
+    warning: str | None = None  # set below MIN_SAMPLE_PER_CLASS members or non-members
 
     def to_dict(self) -> dict:
         """Return the fields as a plain dict."""
@@ -158,7 +162,16 @@ def auc_with_ci(y_true: ArrayLike, y_score: ArrayLike, *, n_bootstrap: int = 100
     low, high = np.quantile(aucs, [tail, 1 - tail])
     n_members = int(y.sum())
     return AUCResult(float(roc_auc_score(y, s)), float(low), float(high),
-                     n_members, len(y) - n_members, n_bootstrap)
+                     n_members, len(y) - n_members, n_bootstrap, small_sample_warning(n_members, len(y) - n_members))
+
+
+def small_sample_warning(n_members: int, n_non_members: int) -> str | None:
+    """The warning an AUC on so few members or non-members carries, or None from MIN_SAMPLE_PER_CLASS each on."""
+    if min(n_members, n_non_members) >= MIN_SAMPLE_PER_CLASS:
+        return None
+    return (f"SMALL SAMPLE: {n_members} members vs {n_non_members} non-members (fewer than {MIN_SAMPLE_PER_CLASS} "
+            "on a side). Every AUC and interval here rests on a handful of texts and can read 1.000 by chance; "
+            "audit at least 20 members and 20 non-members (hundreds for TPR at low FPR).")
 
 
 @dataclass(frozen=True)

@@ -146,6 +146,10 @@ def _from_pretrained(
 
 def _from_directory(path: Path, dtype: torch.dtype) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """A saved model, or saved peft adapters on top of their base model (itself resolved by `load_model`)."""
+    if not (path / "config.json").is_file() and not (path / "adapter_config.json").is_file():
+        raise ModelNotFoundError(f"no model files in {path}: it holds neither config.json (a model saved with "
+                                 "save_pretrained) nor adapter_config.json (saved peft adapters); pass the folder "
+                                 "that save_pretrained wrote, or check that the run that writes it finished.")
     if not (path / "adapter_config.json").is_file():
         return _from_pretrained(path, dtype)
     base, tokenizer = load_model(PeftConfig.from_pretrained(path).base_model_name_or_path, dtype=dtype)

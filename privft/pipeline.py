@@ -15,13 +15,16 @@ from transformers import TrainerCallback
 from privft.audit import AuditConfig
 from privft.callbacks.audit import PrivacyAuditCallback, write_model_card_section
 from privft.callbacks.canary import CanaryCallback
-from privft.callbacks.soft import check_loss_source, prepare_soft
-from privft.config import from_dict, to_dict
+from privft.callbacks.soft import SelectiveObfuscationCallback, check_loss_source, prepare_soft
+from privft.config import SettingError, from_dict, to_dict
 from privft.data import MembershipSplit, load_corpus, load_texts
 from privft.data.canaries import CanaryPlan
+from privft.data.errors import MissingColumnError
 from privft.defend.evidence import finding_for
 from privft.defend.rules import check_schedule, get_rule
 from privft.dp import make_private
+from privft.dp.engine import check_settings as check_dp_settings
+from privft.gate import GatePolicy, Verdict, check
 from privft.io import atomic_write_text
 from privft.models import DEFAULT_MODEL, cache_dir, hub_lookups_skipped, load_model
 from privft.paraphrase import ParaphraseCache, Paraphraser, build_paraphraser, obfuscate
@@ -29,6 +32,7 @@ from privft.paraphrase.obfuscate import MODES
 from privft.paraphrase.registry import PARAPHRASERS
 from privft.report import AuditReport, package_versions
 from privft.training import FinetuneSettings, build_trainer, tokenize_for_training
+from privft.training_record import DPRecord, SoftRecord, TrainingRecord
 
 
 @dataclass
@@ -55,6 +59,7 @@ class CanarySettings:
     alphabet: str = "0123456789"
     secret_length: int = 6
     n_alternatives: int = 1000
+    one_run: bool = False  # insert each canary with probability ½ (the rest are controls): the one-run ε audit
 
 
 @dataclass
@@ -104,6 +109,18 @@ class DPSettings:
     physical_batch_size: int | None = None  # sequences per forward pass; None: the whole logical batch
     seed: int | None = None  # reproducible experiments only: batches and noise become recomputable; None: OS entropy
 
+    def __post_init__(self) -> None:
+        """Refuse what `make_private` would refuse after the split and manifest are written, named as config keys."""
+        if self.target_epsilon is None:
+            return
+        try:
+            check_dp_settings(target_epsilon=self.target_epsilon, target_delta=self.delta,
+                              max_grad_norm=self.max_grad_norm, physical_batch_size=self.physical_batch_size,
+                              dp_seed=self.seed)
+        except SettingError as error:
+            key = {"target_delta": "delta", "dp_seed": "seed"}.get(error.key, error.key)
+            raise SettingError(key, error.value, error.requirement) from None
+
 
 @dataclass
 class RunConfig:
@@ -117,6 +134,7 @@ class RunConfig:
     audit: AuditConfig = field(default_factory=AuditConfig)
     audit_every_n_epochs: int | None = None
     dp: DPSettings = field(default_factory=DPSettings)
+    gate: GatePolicy | None = None  # release criteria checked at the end of the run ({} for the default policy)
 
     def __post_init__(self) -> None:
         if self.dp.target_epsilon is not None and self.training.lora is None:
@@ -125,6 +143,14 @@ class RunConfig:
         if self.dp.target_epsilon is not None and self.soft.rule is not None:
             raise ValueError("dp.target_epsilon and soft.rule are both set: SOFT selects samples by their loss "
                              "outside DP-SGD, which the DP guarantee does not cover; use one of the two.")
+        most_sequences = self.data.n_members + self.canaries.n_canaries * self.canaries.copies
+        if self.dp.target_epsilon is not None and self.training.batch_size >= most_sequences:
+            raise ValueError(f"training.batch_size={self.training.batch_size} must be below the number of training "
+                             f"sequences (at most {most_sequences}: data.n_members plus canary copies) for DP-LoRA's "
+                             "Poisson sampling.")
+        if self.audit_every_n_epochs is not None and self.audit_every_n_epochs < 1:
+            raise ValueError(f"audit_every_n_epochs={self.audit_every_n_epochs} must be a positive integer, or null "
+                             "for the final audit only.")
 
 
 @dataclass
@@ -136,13 +162,41 @@ class RunResult:
     train_seconds: float  # trainer.train() without the audits run inside it
     soft_history: list[dict] = field(default_factory=list)
     privacy: dict | None = None  # DP-LoRA's guarantee and settings (privft.dp.DPLoraEngine.summary), if private
+    verdict: Verdict | None = None  # the release gate's, when the config has a `gate` policy
+
+
+def training_record(config: RunConfig, n_texts: int, soft: SelectiveObfuscationCallback | None,
+                    privacy: dict | None) -> TrainingRecord:
+    """How this run trained and defended its model, for the report and the model card."""
+    lora, settings = config.training.lora, config.soft
+    soft_record = None
+    if soft is not None:
+        last = soft.history[-1] if soft.history else {}
+        soft_record = SoftRecord(
+            rule=settings.rule, paraphraser=settings.paraphraser,
+            paraphraser_model=None if settings.paraphraser == "wordnet" else settings.paraphraser_model or config.model,
+            paraphraser_options=dict(settings.paraphraser_options), mode=settings.mode,
+            prefix_keep_ratio=settings.prefix_keep_ratio, n_samples=n_texts, n_selected=last.get("n_selected", 0),
+            n_served_obfuscated=last.get("n_served_changed", 0), n_selections=len(soft.history))
+    canaries = config.canaries
+    planted = (f"{canaries.n_canaries} canaries × {canaries.copies} copies"
+               + (", each inserted with probability ½ (one-run ε audit)" if canaries.one_run else ""))
+    return TrainingRecord(
+        method="DP-LoRA" if privacy else "LoRA" if lora else "full fine-tuning", epochs=config.training.epochs,
+        n_training_texts=n_texts, lora_rank=lora.rank if lora else None, lora_alpha=lora.alpha if lora else None,
+        lora_targets=tuple(lora.targets) if lora else None, soft=soft_record,
+        dp=DPRecord.from_summary(privacy) if privacy else None,
+        canaries=planted if canaries.n_canaries else None)
 
 
 def load_split(settings: DataSettings) -> MembershipSplit:
     """The seeded membership split of the configured texts."""
     if (settings.corpus is None) == (settings.path is None):
         raise ValueError("Set exactly one of data.corpus (a built-in corpus) and data.path (a file of texts).")
-    texts = load_corpus(settings.corpus) if settings.corpus else load_texts(settings.path, settings.text_column)
+    try:
+        texts = load_corpus(settings.corpus) if settings.corpus else load_texts(settings.path, settings.text_column)
+    except MissingColumnError as error:  # named as the config key to change
+        raise error.for_option("data.text_column") from None
     source = settings.corpus or settings.path
     if settings.max_words is not None:
         texts = [t for t in texts if len(t.split()) <= settings.max_words]
@@ -157,7 +211,7 @@ def canary_plan(settings: CanarySettings, seed: int) -> CanaryPlan | None:
         return None
     return CanaryPlan(template=settings.template, alphabet=settings.alphabet, secret_length=settings.secret_length,
                       n_canaries=settings.n_canaries, copies=settings.copies,
-                      n_alternatives=settings.n_alternatives, seed=seed)
+                      n_alternatives=settings.n_alternatives, seed=seed, one_run=settings.one_run)
 
 
 def soft_paraphraser(config: RunConfig, **overrides: Any) -> Paraphraser:
@@ -215,7 +269,8 @@ def run_training(config: RunConfig, *, split: MembershipSplit | None = None,
     split.save(out / "split.json")
     atomic_write_text(out / "manifest.json", json.dumps({
         "config": to_dict(config), "versions": package_versions(), "split": "split.json",
-        "canaries": plan.to_dict() if plan else None}, indent=1))
+        "canaries": plan.to_dict() if plan else None,
+        "canaries_included": list(plan.included()) if plan else None}, indent=1))
 
     callbacks: list[TrainerCallback] = []
     canary_callback = CanaryCallback(plan, tokenizer) if plan else None
@@ -260,6 +315,12 @@ def run_training(config: RunConfig, *, split: MembershipSplit | None = None,
     with hub_lookups_skipped(config.model):
         trainer.save_model(str(out / "model"))
     tokenizer.save_pretrained(str(out / "model"))
-    write_model_card_section(out / "model", audit_callback.report)
-    return RunResult(audit_callback.report, out, train_seconds,
-                     soft_callback.history if soft_callback else [], privacy)
+    report = audit_callback.report
+    report.training = training_record(config, len(train_texts), soft_callback, privacy)
+    report.save(out)  # again, now saying how the model was trained and defended
+    verdict = check(report, config.gate) if config.gate else None
+    if verdict:
+        atomic_write_text(out / "gate.json", json.dumps(verdict.to_dict(), indent=1, ensure_ascii=False))
+    for card in (out, out / "model"):
+        write_model_card_section(card, report, verdict)
+    return RunResult(report, out, train_seconds, soft_callback.history if soft_callback else [], privacy, verdict)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import platform
+import re
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
@@ -13,9 +15,13 @@ from pathlib import Path
 import numpy as np
 
 from privft.attacks import SHIFT_AUC
-from privft.io import atomic_write_bytes, atomic_write_text
-from privft.metrics import AttackMetrics, TPRAtFPR
+from privft.extraction import ExtractionReport
+from privft.io import atomic_write_bytes, atomic_write_text, remove_temp_files
+from privft.metrics import MIN_SAMPLE_PER_CLASS, AttackMetrics, TPRAtFPR
+from privft.training_record import TrainingRecord
 
+REPORT_FILES = ("report.json", "report.md", "roc.png")
+GENERATION_KEY = "privft-report-generation"  # shared by the three files of one save
 VERSIONED_PACKAGES = ("privft", "torch", "transformers", "peft", "trl", "opacus", "scikit-learn", "numpy")
 
 
@@ -41,8 +47,9 @@ def package_versions() -> dict[str, str]:
     return found
 
 
-def roc_png(scores: dict[str, np.ndarray], labels: np.ndarray, title: str, dashed: tuple[str, ...] = ()) -> bytes:
-    """A log-log ROC plot of several score arrays on the same labels (1 = member) as PNG bytes."""
+def roc_png(scores: dict[str, np.ndarray], labels: np.ndarray, title: str, dashed: tuple[str, ...] = (),
+            metadata: dict[str, str] | None = None) -> bytes:
+    """A log-log ROC plot of score arrays on the same labels (1 = member) as PNG bytes, with `metadata` text chunks."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -62,7 +69,7 @@ def roc_png(scores: dict[str, np.ndarray], labels: np.ndarray, title: str, dashe
            ylabel=f"true positive rate ({int(labels.sum())} members)", title=title)
     ax.legend(fontsize=7, loc="lower right")
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=120, bbox_inches="tight")
+    fig.savefig(buffer, format="png", dpi=120, bbox_inches="tight", metadata=metadata)
     plt.close(fig)
     return buffer.getvalue()
 
@@ -73,6 +80,43 @@ def tpr_cell(result: TPRAtFPR) -> str:
         return "not estimable"
     flag = " ⚠" if result.warning else ""
     return f"{result.tpr:.3f} ({result.true_positives}/{result.n_members}){flag}"
+
+
+def epsilon_audit_line(entry: dict) -> str:
+    """The one-run ε lower bound in words, with its counts, its ceiling and the accountant's ε beside it."""
+    e = entry
+    line = (f"One-run ε audit (Steinke et al. 2023): ε ≥ {e['epsilon_lower_bound']:.2f} at "
+            f"{e['confidence'] * 100:g} % confidence, δ = {e['delta']:.3g}, from {e['n_canaries']} canaries "
+            f"({e['n_included']} inserted × {e['copies']} copies, {e['n_canaries'] - e['n_included']} controls): "
+            f"{e['n_correct']}/{e['n_guesses']} guesses correct ({e['strategy']}; score: {e['score']}). "
+            f"These canaries can show at most ε ≥ {e['ceiling']:.2f}.")
+    if e["accountant_epsilon"] is None:
+        return line + " No DP accountant: this is a lower bound on leakage only; nothing bounds it from above."
+    return line + (f" DP accountant: ε = {e['accountant_epsilon']:.3g}, δ = {e['accountant_delta']:.3g} per canary "
+                   f"(ε = {e['accountant_epsilon_per_sequence']:.3g} per training sequence).")
+
+
+def dataset_inference_line(entry: dict) -> str:
+    """The dataset-inference p-value with both set sizes, the false-positive control beside it."""
+    test, control = entry["test"], entry["control"]
+    return (f"Dataset inference (Maini et al. 2024): p = {test['p_value']:.3g} that the {test['n_suspect']} members "
+            f"score no higher than the {test['n_held_out']} non-members (linear model fitted on "
+            f"{test['n_suspect_fit']} + {test['n_held_out_fit']}, one-sided Welch t-test on {test['n_suspect_test']} "
+            f"vs {test['n_held_out_test']}; features: {', '.join(entry['features'])}). False-positive control "
+            f"(non-members, half against half, {control['n_suspect_test']} vs {control['n_held_out_test']} tested): "
+            f"p = {control['p_value']:.3g}.")
+
+
+def beyond_membership_warnings(report: AuditReport) -> list[str]:
+    """Warnings of the one-run ε audit and dataset inference: a refuted DP claim, an uncalibrated control."""
+    found = list(report.dataset_inference["warnings"]) if report.dataset_inference else []
+    e = report.epsilon_audit
+    if e and e["accountant_epsilon"] is not None and e["epsilon_lower_bound"] > e["accountant_epsilon"]:
+        found.append(f"DP GUARANTEE REFUTED: the one-run audit shows ε ≥ {e['epsilon_lower_bound']:.2f} at "
+                     f"{e['confidence'] * 100:g} % confidence, above the accountant's ε = "
+                     f"{e['accountant_epsilon']:.3g} per canary. A correct DP implementation shows this in at most "
+                     f"{(1 - e['confidence']) * 100:g} % of runs: check the training before trusting its guarantee.")
+    return found
 
 
 @dataclass
@@ -90,31 +134,50 @@ class AuditReport:
     labels: np.ndarray
     text_sha256: list[str]
     notes: list[str] = field(default_factory=list)
+    training_steps: int | None = None  # optimizer steps taken before the audit, when a training callback ran it
     canary_exposure: dict | None = None  # summary from privft's canary callback, when canaries were planted
+    extraction: ExtractionReport | None = None  # when AuditConfig.extraction was set (canaries: the audit callback)
+    epsilon_audit: dict | None = None  # one-run ε lower bound (privft.callbacks.one_run), with one_run canaries
+    dataset_inference: dict | None = None  # DatasetInferenceResult.to_dict(), when AuditConfig.dataset_inference
+    training: TrainingRecord | None = None  # how the model was trained and defended (`privft train` fills it)
     created: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
     versions: dict[str, str] = field(default_factory=package_versions)
 
     @property
-    def distribution_shift(self) -> bool:
-        """True when the model-free baseline separates the split: attack numbers then measure shift."""
+    def distribution_shift(self) -> bool | None:
+        """True when the model-free baseline separates the split: attack numbers then measure shift.
+
+        None (no verdict) below MIN_SAMPLE_PER_CLASS members or non-members: its interval cannot tell then.
+        """
         auc = self.blind_baseline.auc
+        if min(auc.n_members, auc.n_non_members) < MIN_SAMPLE_PER_CLASS:
+            return None
         return auc.auc >= SHIFT_AUC and auc.ci_low > 0.5
 
     @property
     def warnings(self) -> list[str]:
         """Everything that changes how the numbers should be read, for display beside them."""
         found = []
+        if self.training_steps == 0:
+            found.append("NO TRAINING: the model took 0 optimizer steps before this audit, so every number below "
+                         "describes the model as it was before fine-tuning; an AUC near 0.5 here is not evidence of "
+                         "privacy.")
+        metrics = [self.blind_baseline, *self.attacks.values()]
+        found += sorted({m.auc.warning for m in metrics if m.auc.warning})
         auc = self.blind_baseline.auc
-        if self.distribution_shift:
+        if self.distribution_shift is None:
+            found.append(f"The blind baseline gives no verdict on {auc.n_members} members vs {auc.n_non_members} "
+                         f"non-members (fewer than {MIN_SAMPLE_PER_CLASS} on a side): at this size it can neither "
+                         "show nor rule out a distribution shift between them.")
+        elif self.distribution_shift:
             found.append(f"DISTRIBUTION SHIFT: the blind baseline (no model access) reaches AUC {auc.auc:.3f} "
                          f"[{auc.ci_low:.3f}, {auc.ci_high:.3f}]; every attack number below partly measures how "
                          "members and non-members differ as text, not what the model memorised.")
         elif auc.ci_low > 0.5:
             found.append(f"The blind baseline is above chance (AUC {auc.auc:.3f}, CI low {auc.ci_low:.3f}): "
                          "the split may differ mildly in distribution.")
-        resolution = {t.warning for m in [self.blind_baseline, *self.attacks.values()]
-                      for t in m.tpr_at_fpr if t.warning}
-        return found + sorted(resolution) + list(self.notes)
+        resolution = {t.warning for m in metrics for t in m.tpr_at_fpr if t.warning}
+        return found + sorted(resolution) + beyond_membership_warnings(self) + list(self.notes)
 
     def to_dict(self) -> dict:
         """A JSON-ready dict of every number, per-text score, setting and version."""
@@ -126,11 +189,16 @@ class AuditReport:
             "config": self.config,
             "versions": self.versions,
             "distribution_shift": self.distribution_shift,
+            "training_steps": self.training_steps,
             "warnings": self.warnings,
             "blind_baseline": self.blind_baseline.to_dict(),
             "attacks": {name: m.to_dict() for name, m in self.attacks.items()},
             "perplexity": asdict(self.perplexity),
             "canary_exposure": self.canary_exposure,
+            "extraction": self.extraction.to_dict() if self.extraction else None,
+            "epsilon_audit": self.epsilon_audit,
+            "dataset_inference": self.dataset_inference,
+            "training": self.training.to_dict() if self.training else None,
             "per_text": {
                 "sha256": self.text_sha256,
                 "label": self.labels.tolist(),
@@ -149,27 +217,34 @@ class AuditReport:
             f"{self.split['n_members']} members vs {self.split['n_non_members']} non-members "
             f"(split: {self.split['source']}, seed {self.split['seed']}); reference: {self.reference or 'none'}.",
             "",
+            *([self.training.markdown(), ""] if self.training else []),
+            *(["### Warnings", "", *[f"- {w}" for w in self.warnings], ""] if self.warnings else []),
             "| " + " | ".join(header) + " |",
             "|" + "---|" * len(header),
         ]
         for name, m in [("blind baseline (no model)", self.blind_baseline), *self.attacks.items()]:
             a = m.auc
             cells = [name + (shift if m is self.blind_baseline else ""),
-                     f"{a.auc:.3f} [{a.ci_low:.3f}, {a.ci_high:.3f}]", *map(tpr_cell, m.tpr_at_fpr)]
+                     f"{a.auc:.3f} [{a.ci_low:.3f}, {a.ci_high:.3f}]" + (" ⚠" if a.warning else ""),
+                     *map(tpr_cell, m.tpr_at_fpr)]
             lines.append("| " + " | ".join(cells) + " |")
         p = self.perplexity
         lines += ["", f"Perplexity on {p.on}: {p.value:.2f} ({p.n_texts} texts, {p.n_tokens} tokens; {p.convention})",
                   "", "TPR cells show (true positives / members) at the lowest threshold that keeps these "
                       "non-members' FPR within the ceiling; the interval covers the members' binomial noise only. "
-                      "⚠ marks a resolution warning below.",
+                      "⚠ marks a warning above (sample size or resolution).",
                   *filter(None, map(self.threshold_fpr_line, range(len(fprs))))]
         if self.canary_exposure:
             c = self.canary_exposure
             lines += ["", f"Canary exposure: mean {c['mean_exposure']:.2f} bits, max {c['max_exposure']:.2f} bits over "
                           f"{c['n_canaries']} canaries × {c['copies']} copies (ranked among {c['n_alternatives']} "
                           f"random alternatives; at most {c['max_measurable']:.2f} bits by rank)."]
-        if self.warnings:
-            lines += ["", "### Warnings", "", *[f"- {w}" for w in self.warnings]]
+        if self.extraction:
+            lines += ["", *self.extraction.markdown_lines()]
+        if self.epsilon_audit:
+            lines += ["", epsilon_audit_line(self.epsilon_audit)]
+        if self.dataset_inference:
+            lines += ["", dataset_inference_line(self.dataset_inference)]
         return "\n".join(lines) + "\n"
 
     def threshold_fpr_line(self, index: int) -> str | None:
@@ -183,18 +258,76 @@ class AuditReport:
                 f"{loosest.fpr_upper * 100:.2g} % (95 % upper bound from the order statistics of "
                 f"{loosest.n_non_members:,} non-members): read its TPR as that of a looser ceiling.")
 
-    def roc_png(self) -> bytes:
+    def roc_png(self, metadata: dict[str, str] | None = None) -> bytes:
         """A log-log ROC plot (one curve per attack, the blind baseline dashed) as PNG bytes."""
-        return roc_png(self.scores, self.labels, self.model, dashed=("blind_baseline",))
+        return roc_png(self.scores, self.labels, self.model, dashed=("blind_baseline",), metadata=metadata)
 
     def save(self, directory: str | Path) -> dict[str, Path]:
-        """Write report.json, report.md and roc.png into `directory`, each atomically."""
+        """Write roc.png, report.md, then report.json into `directory`, each atomically, sharing one generation id.
+
+        report.json goes last, so a kill between files leaves it with the previous generation (or
+        none) while a newer report.md or roc.png carries another: `read_report` then refuses the mix.
+        Temporary files of an earlier, killed save are removed first.
+        """
         directory = Path(directory)
+        payload = self.to_dict()
+        payload["generation"] = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
+        png = self.roc_png(metadata={GENERATION_KEY: payload["generation"]})  # all rendered before any file changes
+        markdown = self.to_markdown() + generation_marker(payload["generation"])
+        for name in REPORT_FILES:
+            remove_temp_files(directory / name)
         return {
-            "json": atomic_write_text(directory / "report.json", json.dumps(self.to_dict(), indent=1)),
-            "markdown": atomic_write_text(directory / "report.md", self.to_markdown()),
-            "roc": atomic_write_bytes(directory / "roc.png", self.roc_png()),
+            "roc": atomic_write_bytes(directory / "roc.png", png),
+            "markdown": atomic_write_text(directory / "report.md", markdown),
+            "json": atomic_write_text(directory / "report.json", json.dumps(payload, indent=1)),
         }
+
+
+class ReportMismatchError(ValueError):
+    """A folder's report.json, report.md and roc.png come from different audits (a save was interrupted)."""
+
+
+def generation_marker(generation: str) -> str:
+    """The line that ties a report.md to its report.json: an HTML comment, invisible when rendered."""
+    return f"\n<!-- {GENERATION_KEY} {generation} -->\n"
+
+
+def _markdown_generation(path: Path) -> str | None:
+    """The generation id a report.md ends with; None when it is absent or has none."""
+    if not path.is_file():
+        return None
+    marker = re.search(rf"<!-- {GENERATION_KEY} (\w+) -->", path.read_text(encoding="utf-8"))
+    return marker.group(1) if marker else None
+
+
+def _png_generation(path: Path) -> str | None:
+    """The generation id in a roc.png's text chunk; None when it is absent or has none."""
+    if not path.is_file():
+        return None
+    from PIL import Image  # matplotlib's own dependency
+
+    with Image.open(path) as image:
+        return image.info.get(GENERATION_KEY)
+
+
+def read_report(directory: str | Path) -> dict:
+    """report.json of `directory`, after checking that report.md and roc.png beside it belong to the same save.
+
+    Reports written before generation ids existed carry none and are read unchecked.
+    """
+    directory = Path(directory)
+    report = json.loads((directory / "report.json").read_text(encoding="utf-8"))
+    generation = report.get("generation")
+    if generation is None:
+        return report
+    found = {"report.md": _markdown_generation(directory / "report.md"),
+             "roc.png": _png_generation(directory / "roc.png")}
+    stale = [name for name, value in found.items() if value != generation]
+    if stale:
+        raise ReportMismatchError(f"{' and '.join(stale)} in {directory} are missing or come from another save than "
+                                  f"report.json (generation {generation}): a save was interrupted; rerun the audit to "
+                                  "rewrite all three files.")
+    return report
 
 
 def comparison_markdown(reports: dict[str, AuditReport]) -> str:

@@ -16,6 +16,7 @@ import json
 import math
 import os
 import warnings
+import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,14 +129,18 @@ class StatsCache:
         return self.directory / key[:2] / f"{key}.npz"
 
     def get(self, key: str) -> TokenStats | None:
-        """The cached statistics under `key`, or None."""
+        """The cached statistics under `key`, or None; an unreadable entry is named in a warning and deleted."""
         path = self._path(key)
         if not path.exists():
             return None
-        with np.load(path) as data:
-            distribution = "mu" in data.files
-            return TokenStats(data["lp"], data["mu"] if distribution else None,
-                              data["sigma"] if distribution else None, int(data["n_bytes"]))
+        try:
+            with np.load(path, allow_pickle=False) as data:  # never unpickle what a file in a cache folder says
+                return _stats_from_entry(data)
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as error:
+            warnings.warn(f"Cache entry {path} is unreadable ({type(error).__name__}: {error}); deleted, and its "
+                          "statistics are recomputed.", stacklevel=2)
+            path.unlink(missing_ok=True)
+            return None
 
     def put(self, key: str, stats: TokenStats) -> None:
         """Store statistics atomically (a crash never leaves a half-written entry)."""
@@ -143,6 +148,18 @@ class StatsCache:
         distribution = {} if stats.mean_logprob is None else {"mu": stats.mean_logprob, "sigma": stats.std_logprob}
         np.savez(buffer, lp=stats.token_logprobs, n_bytes=stats.n_bytes, **distribution)
         atomic_write_bytes(self._path(key), buffer.getvalue())
+
+
+def _stats_from_entry(data: np.lib.npyio.NpzFile) -> TokenStats:
+    """TokenStats from a cache entry's arrays, refusing (ValueError, KeyError) any array of the wrong kind."""
+    lp, n_bytes = data["lp"], data["n_bytes"]
+    distribution = ("mu" in data.files, "sigma" in data.files)
+    mu, sigma = (data["mu"], data["sigma"]) if all(distribution) else (None, None)
+    arrays = [a for a in (lp, mu, sigma) if a is not None]
+    if (any(distribution) != all(distribution) or n_bytes.shape != () or n_bytes.dtype.kind not in "iu"
+            or any(a.dtype != np.float32 or a.shape != lp.shape or a.ndim != 1 for a in arrays)):
+        raise ValueError("its arrays are not those privft writes")
+    return TokenStats(lp, mu, sigma, int(n_bytes))
 
 
 @dataclass(frozen=True)
@@ -427,9 +444,20 @@ def score_texts(
     for i, (lp, *mu_sigma) in scored.items():
         mu, sigma = mu_sigma or (None, None)
         results[i] = TokenStats(lp, mu, sigma, len(texts[i].encode("utf-8")))
-        if cache is not None:
+    _check_finite(results)  # before caching: a broken model's scores are never stored
+    if cache is not None:
+        for i in scored:
             cache.put(keys[i], results[i])
     return results  # type: ignore[return-value]
+
+
+def _check_finite(results: Sequence[TokenStats]) -> None:
+    """Refuse NaN or inf log-probabilities: they come from the model (a NaN weight, an overflow), not the texts."""
+    broken = [i for i, stats in enumerate(results) if not np.isfinite(stats.token_logprobs).all()]
+    if broken:
+        raise ScoringError(f"The model produced non-finite scores (NaN or inf log-probabilities) for {len(broken)} "
+                           f"of {len(results)} texts (first: text {broken[0]}); check its weights for NaN or inf "
+                           "(a diverged fine-tune, an fp16 overflow) before scoring or auditing it.")
 
 
 def score_losses(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -20,6 +21,7 @@ from transformers import (
     set_seed,
 )
 
+from privft.config import require
 from privft.scoring import start_token
 
 ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -33,6 +35,14 @@ class LoraSettings:
     alpha: int = 32
     dropout: float = 0.0
     targets: tuple[str, ...] = ALL_LINEAR
+
+    def __post_init__(self) -> None:
+        """Refuse values peft would refuse, or that would train nothing, before any file is written."""
+        require(self.rank >= 1, "rank", self.rank, "must be at least 1.")
+        require(self.alpha > 0, "alpha", self.alpha,
+                "must be positive: the adapters' update is scaled by alpha / rank, so 0 trains nothing.")
+        require(0 <= self.dropout < 1, "dropout", self.dropout, "must be in [0, 1).")
+        require(len(self.targets) > 0, "targets", self.targets, "must name at least one Linear module, e.g. q_proj.")
 
     def to_peft(self) -> LoraConfig:
         """The equivalent peft LoraConfig for a causal LM."""
@@ -51,6 +61,22 @@ class FinetuneSettings:
     seed: int = 0
     output_dir: str = "runs/finetune"
     lora: LoraSettings | None = field(default_factory=LoraSettings)  # None: full fine-tuning
+
+    def __post_init__(self) -> None:
+        """Refuse a run that would train nothing, or that the Trainer would refuse only after files are written.
+
+        With at least one epoch, a batch size of at least 1 and a non-empty training set, every run
+        takes at least one optimizer step.
+        """
+        require(self.epochs >= 1, "epochs", self.epochs, "must be at least 1: a run that trains nothing gives an "
+                "audit that reads as no leakage.")
+        require(math.isfinite(self.learning_rate) and self.learning_rate > 0, "learning_rate", self.learning_rate,
+                "must be a positive number: at 0 or below the run trains nothing (or ascends the loss).")
+        require(self.batch_size >= 1, "batch_size", self.batch_size, "must be at least 1.")
+        require(self.max_length >= 2, "max_length", self.max_length, "must be at least 2: the start token and one "
+                "token of text.")
+        require(0 <= self.seed < 2**32, "seed", self.seed, "must be in [0, 2**32), as numpy and torch seeds are.")
+        require(bool(self.output_dir), "output_dir", self.output_dir, "must name a folder for the run.")
 
 
 def tokenize_for_training(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str],

@@ -6,6 +6,7 @@ import os
 import pydoc_data.topics
 
 import pytest
+import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -30,3 +31,12 @@ def tokenizer(local_texts):
 def tiny_model(tokenizer):
     """A fresh, randomly initialised two-layer Llama."""
     return build_tiny_llama(tokenizer)
+
+
+@pytest.fixture()
+def one_thread():
+    """Run torch on one thread: on a shared two-core machine, two threads make tiny steps far slower."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

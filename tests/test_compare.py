@@ -9,9 +9,9 @@ import pytest
 
 from privft.audit import AuditConfig
 from privft.compare import (
-    AdaptiveSettings,
     NO_TRAINING,
     PRETRAINED,
+    AdaptiveSettings,
     CellSpec,
     CompareConfig,
     GridSettings,

@@ -89,6 +89,9 @@ def test_run_with_canaries_and_soft_trains_audits_and_saves(tiny_model_dir, loca
     assert result.report.canary_exposure["n_canaries"] == 2
     assert len(result.soft_history) == 1  # one warm-up epoch, then a selection before epoch 2
     assert "Privacy audit (privft)" in (run / "model" / "README.md").read_text()
+    served = result.soft_history[0]["n_served_changed"]  # how it was defended, stated where users look
+    assert (f"SOFT: paper rule; neighbour paraphraser ({tiny_model_dir}; fraction 1.0); rewrite-only, the first 50 % "
+            f"kept verbatim; {served} of 36 training samples served obfuscated") in (run / "report.md").read_text()
 
 
 def test_a_mapping_option_must_be_a_mapping_of_the_declared_types(tmp_path):

@@ -14,10 +14,9 @@ import torch
 from peft import LoraConfig, get_peft_model
 from transformers import DataCollatorForLanguageModeling, Trainer, TrainerCallback, TrainerState, TrainingArguments
 
-from privft.callbacks import SelectiveObfuscationCallback
-from privft.defend import ObfuscatedView, paper_rule, release_rule, sample_losses, update_mask
-from privft.callbacks import prepare_soft
+from privft.callbacks import SelectiveObfuscationCallback, prepare_soft
 from privft.callbacks.soft import soft_report_notes
+from privft.defend import ObfuscatedView, paper_rule, release_rule, sample_losses, update_mask
 from privft.models import build_tiny_llama
 
 N_TRAIN, N_VALIDATION, BATCH = 16, 8, 8

@@ -10,6 +10,7 @@ from privft.callbacks.soft import SelectiveObfuscationCallback, prepare_soft
 from privft.dp.callback import DPLoraCallback
 
 __all__ = [
-    "CanaryCallback", "DPLoraCallback", "PrivacyAuditCallback", "SelectiveObfuscationCallback", "measure_exposure", "prepare_soft",
+    "CanaryCallback", "DPLoraCallback", "PrivacyAuditCallback", "SelectiveObfuscationCallback", "measure_exposure",
+    "prepare_soft",
     "write_model_card_section",
 ]

@@ -17,13 +17,19 @@ from privft.audit import (
     select_attacks,
 )
 from privft.callbacks.canary import CanaryCallback
+from privft.callbacks.one_run import one_run_epsilon_audit
 from privft.callbacks.soft import soft_report_notes
 from privft.data import MembershipSplit
+from privft.extraction import canary_extraction
+from privft.gate import Verdict
 from privft.io import atomic_write_text
 from privft.report import AuditReport
 
 CARD_START = "<!-- privft:privacy-audit:start -->"
 CARD_END = "<!-- privft:privacy-audit:end -->"
+CARD_HEADING = "## Privacy audit (privft)"
+GATE_START = "<!-- privft:release-gate:start -->"
+GATE_END = "<!-- privft:release-gate:end -->"
 
 
 def headline_metrics(report: AuditReport) -> dict[str, float]:
@@ -38,27 +44,64 @@ def headline_metrics(report: AuditReport) -> dict[str, float]:
     if report.canary_exposure:
         logs["privacy/canary_exposure_mean"] = report.canary_exposure["mean_exposure"]
         logs["privacy/canary_exposure_max"] = report.canary_exposure["max_exposure"]
+    if report.extraction:
+        logs |= report.extraction.headline()
+    if report.epsilon_audit:
+        logs["privacy/epsilon_lower_bound"] = report.epsilon_audit["epsilon_lower_bound"]
+        for count in ("n_canaries", "n_guesses", "n_correct"):
+            logs[f"privacy/epsilon_lower_bound/{count}"] = report.epsilon_audit[count]
+    if report.dataset_inference:
+        test = report.dataset_inference["test"]
+        logs |= {"privacy/dataset_inference_p": test["p_value"],
+                 "privacy/dataset_inference_control_p": report.dataset_inference["control"]["p_value"],
+                 "privacy/dataset_inference/n_members": test["n_suspect"],
+                 "privacy/dataset_inference/n_non_members": test["n_held_out"]}
     return logs
 
 
-def model_card_section(report: AuditReport) -> str:
-    """The privacy section of a model card: headline numbers with counts, settings and warnings."""
-    return "\n".join([CARD_START, "## Privacy audit (privft)", "",
+def model_card_section(report: AuditReport, verdict: Verdict | None = None) -> str:
+    """The privacy section of a model card: the gate's verdict when given, headline numbers with counts, warnings."""
+    return "\n".join([CARD_START, CARD_HEADING, "", *([gate_block(verdict), ""] if verdict else []),
                       f"Audited {report.created} with privft {report.versions.get('privft', '?')}.", "",
                       report.to_markdown().split("\n", 2)[2].strip(), CARD_END])
 
 
-def write_model_card_section(directory: str | Path, report: AuditReport) -> Path:
+def gate_block(verdict: Verdict) -> str:
+    """The release gate's verdict and criteria, between markers so that a later verdict replaces it."""
+    return "\n".join([GATE_START, verdict.to_markdown().strip(), GATE_END])
+
+
+def _replace_between(card: str, start: str, end: str, block: str) -> str | None:
+    """`card` with the text from marker `start` to marker `end` replaced by `block`; None without the markers."""
+    if start not in card or end not in card:
+        return None
+    before, rest = card.split(start, 1)
+    return before + block + rest.split(end, 1)[1]
+
+
+def _appended(card: str, section: str) -> str:
+    """`card` with `section` added at its end."""
+    return (card.rstrip() + "\n\n" if card.strip() else "") + section + "\n"
+
+
+def write_model_card_section(directory: str | Path, report: AuditReport, verdict: Verdict | None = None) -> Path:
     """Add or replace the privacy section of `directory/README.md`, keeping everything else."""
     path = Path(directory) / "README.md"
     card = path.read_text(encoding="utf-8") if path.exists() else ""
-    section = model_card_section(report)
-    if CARD_START in card and CARD_END in card:
-        before, rest = card.split(CARD_START, 1)
-        card = before + section + rest.split(CARD_END, 1)[1]
-    else:
-        card = (card.rstrip() + "\n\n" if card.strip() else "") + section + "\n"
-    return atomic_write_text(path, card)
+    section = model_card_section(report, verdict)
+    return atomic_write_text(path, _replace_between(card, CARD_START, CARD_END, section) or _appended(card, section))
+
+
+def write_gate_verdict(directory: str | Path, verdict: Verdict) -> Path:
+    """Head the privacy section of `directory/README.md` with `verdict` (`privft gate`), replacing an earlier one."""
+    path = Path(directory) / "README.md"
+    card = path.read_text(encoding="utf-8") if path.exists() else ""
+    block, head = gate_block(verdict), f"{CARD_START}\n{CARD_HEADING}\n"
+    updated = _replace_between(card, GATE_START, GATE_END, block)
+    if updated is None and head in card:
+        updated = card.replace(head, f"{head}\n{block}\n", 1)
+    return atomic_write_text(path, updated or _appended(card, "\n".join([CARD_START, CARD_HEADING, "", block,
+                                                                          CARD_END])))
 
 
 class PrivacyAuditCallback(TrainerCallback):
@@ -110,7 +153,16 @@ class PrivacyAuditCallback(TrainerCallback):
                            model_name=self.model_name)
         if self.canary_callback is not None:
             report.canary_exposure = self.canary_callback.exposure_at(state, model)
+            if report.extraction is not None:  # the canaries' secrets, decoded from their template prefix
+                report.extraction.canaries = canary_extraction(
+                    model, self.tokenizer, self.canary_callback.plan, beams=self.config.extraction.canary_beams,
+                    batch_size=self.config.batch_size, exposures=self.canary_callback.results)
+            if self.canary_callback.plan.one_run:  # every canary scored, inserted or control: an ε lower bound
+                report.epsilon_audit = one_run_epsilon_audit(
+                    model, self.tokenizer, self.canary_callback.plan, state.log_history, reference=self.reference,
+                    reference_tokenizer=self.reference_tokenizer, batch_size=self.config.batch_size)
         report.notes.extend(soft_report_notes(state.log_history))  # a defence that protected less than it logged
+        report.training_steps = state.global_step  # 0 puts a "no training" warning at the top of the report
         out = Path(self.output_dir or Path(args.output_dir) / "privacy-audit")
         report.save(out / tag if tag != "final" else out)
         state.log_history.append({**headline_metrics(report), "epoch": state.epoch, "step": state.global_step})

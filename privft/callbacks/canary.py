@@ -19,6 +19,8 @@ from transformers.trainer_callback import ExportableState
 
 from privft.attacks.exposure import CanaryExposure, summarize
 from privft.data.canaries import CanaryPlan
+from privft.data.pii import plan_from_dict
+from privft.extraction.canaries import template_prefix_length
 from privft.scoring import TokenStats, score_texts
 
 LOG_PREFIX = "privacy/canary_"  # the namespace of privft's audit callback
@@ -43,12 +45,20 @@ def measure_exposure(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
             for secret, true_logp in zip(plan.secrets, logps[:plan.n_canaries])]
 
 
+def canary_logps(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, plan: CanaryPlan,
+                 *, batch_size: int = 32) -> np.ndarray:
+    """Each canary's log-likelihood in `model`, summed over the tokens after the template's shared prefix.
+
+    Inserted canaries and controls alike, in the order of `plan.secrets`: the one-run ε audit's scores.
+    """
+    texts = plan.canary_texts()
+    stats = score_texts(model, tokenizer, texts, batch_size=batch_size, desc="canary scores", distribution=False)
+    return _logps_after_shared_prefix(stats, tokenizer(texts, add_special_tokens=False)["input_ids"])
+
+
 def _logps_after_shared_prefix(stats: Sequence[TokenStats], token_ids: Sequence[Sequence[int]]) -> np.ndarray:
     """Each text's summed token log-probabilities after the token prefix common to all texts."""
-    shared = 0
-    shortest = min(len(ids) for ids in token_ids)
-    while shared < shortest and len({ids[shared] for ids in token_ids}) == 1:
-        shared += 1
+    shared = template_prefix_length(token_ids)
     return np.array([s.token_logprobs[shared:].astype(np.float64).sum() for s in stats])
 
 
@@ -80,7 +90,7 @@ class CanaryCallback(TrainerCallback, ExportableState):
         if every_n_epochs is not None and every_n_epochs < 1:
             raise ValueError(f"every_n_epochs={every_n_epochs} must be at least 1, or None to measure "
                              "only at the end of training")
-        self.plan = plan if isinstance(plan, CanaryPlan) else CanaryPlan.from_dict(plan)
+        self.plan = plan if isinstance(plan, CanaryPlan) else plan_from_dict(plan)  # a digit or a PII plan
         self.tokenizer = tokenizer
         self.every_n_epochs = every_n_epochs
         self.batch_size = batch_size
@@ -96,7 +106,11 @@ class CanaryCallback(TrainerCallback, ExportableState):
 
     def summary(self) -> dict[str, Any]:
         """The latest measurement for `AuditReport.canary_exposure`: exposures in bits and the plan's size."""
-        return self._report_entry(summarize(self.results))
+        return self._report_entry(summarize(self._inserted()))
+
+    def _inserted(self) -> list[CanaryExposure]:
+        """The exposures of the canaries inserted into training (all but a one-run audit's controls)."""
+        return [result for result, inside in zip(self.results, self.plan.included()) if inside]
 
     def exposure_at(self, state: TrainerState, model: PreTrainedModel) -> dict[str, Any]:
         """`summary()` of the current step for the audit report, measured now unless the log already holds it."""
@@ -111,7 +125,7 @@ class CanaryCallback(TrainerCallback, ExportableState):
             "mean_exposure_extrapolated": stats["exposure_extrapolated_mean"],
             "max_exposure_extrapolated": stats["exposure_extrapolated_max"],
             "max_measurable": stats["exposure_ceiling"],
-            "n_canaries": self.plan.n_canaries,
+            "n_canaries": sum(self.plan.included()),  # inserted; a one-run audit's controls are not trained on
             "copies": self.plan.copies,
             "n_alternatives": self.plan.n_alternatives,
         }
@@ -154,7 +168,7 @@ class CanaryCallback(TrainerCallback, ExportableState):
             return None
         self.results = measure_exposure(extract_model_from_parallel(model), self.tokenizer, self.plan,
                                         batch_size=self.batch_size)
-        stats = summarize(self.results)
+        stats = summarize(self._inserted())
         entry = {LOG_PREFIX + key: value for key, value in stats.items()}
         if state.epoch is not None:
             entry["epoch"] = state.epoch

@@ -20,7 +20,9 @@ from privft.data.loaders import check_texts
 
 PLACEHOLDER = "{secret}"
 MIN_ALTERNATIVES = 10  # fewer reference secrets make both exposure estimates meaningless
-_SECRETS_STREAM, _POSITIONS_STREAM, _REFERENCES_STREAM = 0, 1, 2
+MIN_ONE_RUN_CANARIES = 10  # fewer bound ε by at most ~1 even if every guess is right (docs/epsilon-audit.md)
+_SECRETS_STREAM, _POSITIONS_STREAM, _REFERENCES_STREAM, _INCLUSION_STREAM = 0, 1, 2, 3
+_ADDED_FIELDS = ("one_run",)  # recorded before these existed, a plan rebuilds with their defaults
 
 
 class CanaryError(DataError):
@@ -35,7 +37,9 @@ class CanaryPlan:
     from `alphabet`. `secrets` is drawn from `seed` when left empty (distinct, uniform over the
     secret space); pass it explicitly only to rebuild a recorded plan (see `from_dict`).
     `n_alternatives` reference secrets, drawn from the same space, are what exposure is
-    measured against (`privft.callbacks.measure_exposure`).
+    measured against (`privft.callbacks.measure_exposure`). With `one_run`, each canary is
+    inserted independently with probability ½ (drawn from the seed, `included()`) and the others
+    are never trained on: the controls of the one-run ε audit (`privft.epsilon_audit`).
     """
 
     template: str = "the access code is {secret}"
@@ -45,6 +49,7 @@ class CanaryPlan:
     copies: int = 5
     n_alternatives: int = 1000
     seed: int = 0
+    one_run: bool = False
     secrets: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -74,17 +79,27 @@ class CanaryPlan:
         """`n_alternatives` distinct seeded secrets that are none of the canaries' secrets."""
         return self._draw(self._rng(_REFERENCES_STREAM), self.n_alternatives, frozenset(self.secrets))
 
-    def insert(self, texts: Sequence[str]) -> list[str]:
-        """Return `texts` with each canary added `copies` times at seeded random positions.
+    def included(self) -> tuple[bool, ...]:
+        """Per canary, whether it is inserted: all of them, or with `one_run` each with probability ½ from the seed."""
+        if not self.one_run:
+            return (True,) * self.n_canaries
+        return tuple(bool(draw < 0.5) for draw in self._rng(_INCLUSION_STREAM).random(self.n_canaries))
 
-        The original texts keep their relative order. Rule: n_canaries × copies must not exceed
-        len(texts), so canaries are at most half of the training run.
+    def insert(self, texts: Sequence[str]) -> list[str]:
+        """Return `texts` with each included canary added `copies` times at seeded random positions.
+
+        The original texts keep their relative order. Rule: the inserted canaries × copies must not
+        exceed len(texts), so canaries are at most half of the training run.
         """
         originals = check_texts(list(texts), "training texts for the canaries")
-        copies = [text for text in self.canary_texts() for _ in range(self.copies)]
+        inserted = [text for text, inside in zip(self.canary_texts(), self.included()) if inside]
+        if not inserted:
+            raise CanaryError(f"CanaryPlan seed {self.seed} includes none of the {self.n_canaries} canaries in its "
+                              "one-run draw; use more canaries or another seed")
+        copies = [text for text in inserted for _ in range(self.copies)]
         if len(copies) > len(originals):
             raise CanaryError(
-                f"CanaryPlan: {self.n_canaries} canaries × {self.copies} copies = {len(copies)} canary "
+                f"CanaryPlan: {len(inserted)} canaries × {self.copies} copies = {len(copies)} canary "
                 f"texts but only {len(originals)} training texts; canaries may be at most half of the run. "
                 "Lower n_canaries or copies, or insert them into more training texts"
             )
@@ -128,7 +143,7 @@ class CanaryPlan:
     def from_dict(cls, record: Mapping[str, Any]) -> CanaryPlan:
         """Rebuild a plan written by `to_dict`, keeping its recorded secrets."""
         names = {field.name for field in dataclasses.fields(cls)}
-        missing, unknown = sorted(names - set(record)), sorted(set(record) - names)
+        missing, unknown = sorted(names - set(record) - set(_ADDED_FIELDS)), sorted(set(record) - names)
         if missing or unknown:
             raise CanaryError(
                 f"Not a canary plan record: missing keys {missing}, unknown keys {unknown}; "
@@ -158,24 +173,36 @@ class CanaryPlan:
                 f"CanaryPlan template {self.template!r} must contain {PLACEHOLDER} exactly once, "
                 "e.g. 'the access code is {secret}'"
             )
+        self._check_format()
+        for name, least in (("n_canaries", 1), ("copies", 1), ("n_alternatives", MIN_ALTERNATIVES), ("seed", 0)):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < least:
+                raise CanaryError(f"CanaryPlan {name}={value!r} must be an integer of at least {least}")
+        if not isinstance(self.one_run, bool) or (self.one_run and self.n_canaries < MIN_ONE_RUN_CANARIES):
+            raise CanaryError(f"CanaryPlan one_run={self.one_run!r} must be True or False, and True needs at least "
+                              f"{MIN_ONE_RUN_CANARIES} canaries (n_canaries={self.n_canaries}); a strong bound needs "
+                              "hundreds: see docs/epsilon-audit.md")
+        needed = self.n_canaries + self.n_alternatives
+        if self.secret_space < needed:
+            raise CanaryError(
+                f"CanaryPlan: the secret space has {self.secret_space} secrets ({self._space_origin()}) but "
+                f"{self.n_canaries} canaries + {self.n_alternatives} reference secrets need {needed} distinct "
+                "ones; lengthen the secret, widen the alphabet, or lower n_canaries or n_alternatives"
+            )
+
+    def _check_format(self) -> None:
+        """Raise `CanaryError` unless the alphabet and secret length define a secret space."""
         if not self.alphabet or len(set(self.alphabet)) != len(self.alphabet):
             raise CanaryError(
                 f"CanaryPlan alphabet {self.alphabet!r} must be non-empty with no repeated character, "
                 "e.g. '0123456789'"
             )
-        for name, least in (("secret_length", 1), ("n_canaries", 1), ("copies", 1),
-                            ("n_alternatives", MIN_ALTERNATIVES), ("seed", 0)):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < least:
-                raise CanaryError(f"CanaryPlan {name}={value!r} must be an integer of at least {least}")
-        needed = self.n_canaries + self.n_alternatives
-        if self.secret_space < needed:
-            raise CanaryError(
-                f"CanaryPlan: the secret space has {self.secret_space} secrets ({len(self.alphabet)} symbols "
-                f"^ length {self.secret_length}) but {self.n_canaries} canaries + {self.n_alternatives} "
-                f"reference secrets need {needed} distinct ones; lengthen the secret, widen the alphabet, "
-                "or lower n_canaries or n_alternatives"
-            )
+        if not isinstance(self.secret_length, int) or self.secret_length < 1:
+            raise CanaryError(f"CanaryPlan secret_length={self.secret_length!r} must be an integer of at least 1")
+
+    def _space_origin(self) -> str:
+        """Where the secret space's size comes from, for error messages."""
+        return f"{len(self.alphabet)} symbols ^ length {self.secret_length}"
 
     def _check_secrets(self) -> None:
         """Raise `CanaryError` unless the given secrets fit the plan's count, alphabet and length."""

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from privft.data.errors import DataError
+from privft.data.errors import DataError, MissingColumnError
 
 PREVIEW_CHARS = 60
 
@@ -154,12 +154,9 @@ def _decode(path: Path) -> str:
         ) from err
 
 
-def _missing_column(source: str, text_column: str, columns: Sequence[str]) -> DataError:
+def _missing_column(source: str, text_column: str, columns: Sequence[str]) -> MissingColumnError:
     """Build the error for a text column that does not exist."""
-    return DataError(
-        f"{source}: no column {text_column!r}; the columns are {list(columns)}. "
-        "Pass text_column= with one of them"
-    )
+    return MissingColumnError(source, text_column, list(columns))
 
 
 def _is_dataset(source: Any) -> bool:

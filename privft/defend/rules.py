@@ -47,8 +47,8 @@ class SelectionRule:
 
     def __init__(self, select_ratio: float | None = None) -> None:
         if select_ratio is not None and not self.takes_select_ratio:
-            raise ValueError(f"select_ratio applies to rules {sorted(r for r, c in RULES.items() if c.takes_select_ratio)}"
-                             f" only; rule {self.name!r} takes none.")
+            takers = sorted(name for name, rule in RULES.items() if rule.takes_select_ratio)
+            raise ValueError(f"select_ratio applies to rules {takers} only; rule {self.name!r} takes none.")
         self.select_ratio = (check_select_ratio(DEFAULT_SELECT_RATIO if select_ratio is None else select_ratio)
                              if self.takes_select_ratio else None)
 

@@ -14,11 +14,27 @@ from opacus.accountants import PRVAccountant
 from opacus.grad_sample import prepare_module
 from opacus.optimizers import DPOptimizer
 
+from privft.config import require
 from privft.dp.accounting import Calibration, calibrate, default_delta, epsilon_rdp, epsilon_spent, group_privacy
 from privft.dp.checks import DPConfigError
 
 PRIVACY_UNIT = "one training sequence"
 SAMPLING, NOISE = 0, 1  # the two random streams: Poisson batch masks and Gaussian noise, never the same generator
+
+
+def check_settings(*, target_epsilon: float, target_delta: float | None, max_grad_norm: float,
+                   physical_batch_size: int | None, dp_seed: int | None) -> None:
+    """Refuse DP settings the engine cannot run; the `SettingError` names the keyword at fault."""
+    require(target_epsilon > 0 and math.isfinite(target_epsilon), "target_epsilon", target_epsilon,
+            "must be a positive finite number.")
+    require(target_delta is None or 0 < target_delta < 1, "target_delta", target_delta,
+            "must be in (0, 1), or None for min(1e-5, 1/N^1.1).")
+    require(max_grad_norm > 0, "max_grad_norm", max_grad_norm,
+            "must be positive: it is the per-sequence clipping bound C that the noise is scaled to.")
+    require(physical_batch_size is None or physical_batch_size >= 1, "physical_batch_size", physical_batch_size,
+            "must be a positive integer or None.")
+    require(dp_seed is None or dp_seed >= 0, "dp_seed", dp_seed,
+            "must be a non-negative integer, or None for fresh OS entropy.")
 
 
 class DPLoraEngine:
@@ -37,17 +53,8 @@ class DPLoraEngine:
 
     def __init__(self, *, target_epsilon: float, target_delta: float | None = None, max_grad_norm: float = 1.0,
                  physical_batch_size: int | None = None, dp_seed: int | None = None) -> None:
-        if not target_epsilon > 0 or not math.isfinite(target_epsilon):
-            raise ValueError(f"target_epsilon={target_epsilon!r} must be a positive finite number.")
-        if target_delta is not None and not 0 < target_delta < 1:
-            raise ValueError(f"target_delta={target_delta!r} must be in (0, 1), or None for min(1e-5, 1/N^1.1).")
-        if not max_grad_norm > 0:
-            raise ValueError(f"max_grad_norm={max_grad_norm!r} must be positive: it is the per-sequence clipping "
-                             "bound C that the noise is scaled to.")
-        if physical_batch_size is not None and physical_batch_size < 1:
-            raise ValueError(f"physical_batch_size={physical_batch_size!r} must be a positive integer or None.")
-        if dp_seed is not None and dp_seed < 0:
-            raise ValueError(f"dp_seed={dp_seed!r} must be a non-negative integer, or None for fresh OS entropy.")
+        check_settings(target_epsilon=target_epsilon, target_delta=target_delta, max_grad_norm=max_grad_norm,
+                       physical_batch_size=physical_batch_size, dp_seed=dp_seed)
         self.target_epsilon = float(target_epsilon)
         self.target_delta = target_delta
         self.max_grad_norm = float(max_grad_norm)

@@ -110,14 +110,15 @@ class DPLoraTrainerMixin:
         return total / n
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        """Log as the Trainer does, with ε spent so far (`dp/epsilon`, PRV) beside every entry, without `grad_norm`.
+        """Log as the Trainer does, with ε spent so far and δ (`dp/epsilon`, PRV; `dp/delta`), without `grad_norm`.
 
         HF's `grad_norm` is the norm of the last chunk's raw gradient, before clipping and noise:
         a statistic of private data outside the guarantee, so it is not logged.
         """
         logs = {key: value for key, value in logs.items() if key != "grad_norm"}
         if self.dp.calibration is not None:
-            logs = {**logs, "dp/epsilon": self.dp.epsilon(), "dp/noised_steps": self.dp.noised_steps}
+            logs = {**logs, "dp/epsilon": self.dp.epsilon(), "dp/delta": self.dp.calibration.delta,
+                    "dp/noised_steps": self.dp.noised_steps}
         super().log(logs, start_time)
 
 

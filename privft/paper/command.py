@@ -1,4 +1,4 @@
-"""`privft reproduce <table> --scale quick|paper` (or `--from-compare CONFIG`): run a table's cells, show the paper's."""
+"""`privft reproduce <table> --scale quick|paper` (or `--from-compare CONFIG`): a table's cells beside the paper's."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ from privft.paper.reproduce import Cell
 
 
 def paper_methods(config: CompareConfig) -> dict[str, str]:
-    """Paper method → the comparison's cell that stands for it: pretrained, FT, LoRA, SOFT (release rule; paper rule)."""
+    """Paper method → the comparison's cell standing for it: pretrained, FT, LoRA, SOFT (release rule; paper rule)."""
     rank = config.run.training.lora.rank if config.run.training.lora else None
     wanted = {"pretrained": PRETRAINED, "full_ft": "full fine-tuning", "lora": f"LoRA r={rank}",
               "soft": f"SOFT release (r={rank})", "soft_paper": f"SOFT paper (r={rank})"}

@@ -116,7 +116,8 @@ def _counts(cells: Sequence[Cell]) -> str:
     if "ensemble" not in cells[0].report["attacks"]:
         return counts + "."
     ensemble = attack_metrics(cells[0], "ensemble")["auc"]
-    return f"{counts} (Ensemble: scored on the {ensemble['n_members']} vs {ensemble['n_non_members']} it was not fitted on)."
+    return (f"{counts} (Ensemble: scored on the {ensemble['n_members']} vs {ensemble['n_non_members']} it was not "
+            "fitted on).")
 
 
 def tpr_markdown(cells: Sequence[Cell], published: Published) -> str:

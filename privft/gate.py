@@ -1,0 +1,419 @@
+"""The release gate: an audit report judged against a policy of limits, with a verdict a CI can act on.
+
+`check(report, policy)` reads a report (report.json, its folder, its dict or an `AuditReport`) and
+DP-LoRA's `dp.json` beside it; it never loads a model. Every criterion is shown with its number,
+its limit and pass / fail / not measured. A limit the policy sets on something the report did not
+measure makes the verdict "cannot judge", as does an audit below the minimum counts or a blind
+baseline above chance: a release cannot pass by being too small, or too shifted, to measure.
+
+The report.json keys read, each defensively (a missing key is "not measured"): `split`
+(`n_members`, `n_non_members`), `blind_baseline.auc`, `distribution_shift`, `training_steps`,
+`attacks.*.tpr_at_fpr` (`max_fpr`, `true_positives`, `n_members`), `canary_exposure`
+(`max_exposure`, `max_measurable`), `extraction` (`greedy.summary.members`: `approximate`,
+`n_decoded`; `probabilistic[*].summary.members.at_least_once`; `canaries[*]`: `greedy`, `beam`),
+`epsilon_audit` (`epsilon_lower_bound`, `accountant_epsilon`) and `training` (`privft train`'s
+record; its `dp` when there is no dp.json beside the report).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import textwrap
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from privft.config import require, to_dict
+from privft.metrics import clopper_pearson
+from privft.report import AuditReport, read_report
+
+PASS, FAIL, NOT_MEASURED, NOT_APPLICABLE = "pass", "fail", "not measured", "not applicable"
+CANNOT_JUDGE = "cannot judge"
+EXIT_CODES = {PASS: 0, FAIL: 1, CANNOT_JUDGE: 2}
+"""`privft gate`'s exit status per verdict."""
+
+
+def _doc(text: str) -> dict[str, str]:
+    """Field metadata: the comment `policy_yaml` writes above the key."""
+    return {"doc": text}
+
+
+@dataclass(frozen=True)
+class GatePolicy:
+    """Release criteria for one audit (`privft gate --policy`, or `gate:` in a `privft train` config).
+
+    A limit left None (an empty mapping) is not asked; every limit set must be measured.
+    """
+
+    min_members: int = field(default=1000, metadata=_doc(
+        "Fewest members the audit must have scored, or the gate cannot judge (an audit too small to measure "
+        "anything must not pass)."))
+    min_non_members: int = field(default=1000, metadata=_doc(
+        "Fewest non-members the audit must have scored (1,000 resolve FPR 0.1 % with one false positive)."))
+    max_blind_baseline_auc: float = field(default=0.55, metadata=_doc(
+        "Highest AUC of the blind baseline (no model access) at which attack numbers still measure memorisation; "
+        "above it, or when the report flags distribution shift, the gate refuses to judge."))
+    max_tpr_at_fpr: dict[float, float] = field(default_factory=lambda: {0.01: 0.05, 0.001: 0.01}, metadata=_doc(
+        "For each FPR ceiling (key), the highest TPR (value) of the strongest attack, judged on the upper end of its "
+        "Clopper-Pearson interval, not the point estimate. Each ceiling must be among the audit's max_fprs."))
+    confidence: float = field(default=0.95, metadata=_doc(
+        "Confidence of the two-sided Clopper-Pearson intervals whose upper ends are judged (0.95: as report.json)."))
+    max_canary_exposure: float | None = field(default=8.0, metadata=_doc(
+        "Highest exposure (bits) of any planted canary; needs canaries. By chance alone the highest of n canaries "
+        "reaches e bits with probability 1 - (1 - 2^-e)^n: 4 % at 8 bits for 10 canaries."))
+    max_extraction_rate: float | None = field(default=None, metadata=_doc(
+        "Highest share of members whose suffix greedy decoding reproduces (approximate match, k-extractability), "
+        "judged on the upper Clopper-Pearson end; needs the audit's extraction."))
+    max_sampled_extraction: dict[int, float] = field(default_factory=dict, metadata=_doc(
+        "n sampled continuations: highest mean chance, over members, that a member's suffix appears among them "
+        "(probabilistic extraction, at the worst prefix length); e.g. {100: 0.01}."))
+    max_canaries_extracted: int | None = field(default=None, metadata=_doc(
+        "Most canaries whose secret greedy or beam decoding from the template prefix yields; needs canary "
+        "extraction."))
+    max_epsilon: float | None = field(default=None, metadata=_doc(
+        "Highest DP accountant epsilon (dp.json; the group epsilon of a text present several times). A model "
+        "trained without DP fails it."))
+    require_epsilon_lower_bound: bool = field(default=False, metadata=_doc(
+        "Require the one-run empirical epsilon lower bound on a DP run (canaries.one_run). Whether required or "
+        "not, a measured bound above the accountant's epsilon fails: the guarantee would be contradicted."))
+
+    def __post_init__(self) -> None:
+        """Refuse limits no audit can be held to, naming the key."""
+        for key in ("min_members", "min_non_members"):
+            require(getattr(self, key) >= 2, key, getattr(self, key), "must be at least 2 (an audit needs both sides).")
+        require(0.5 <= self.max_blind_baseline_auc <= 1, "max_blind_baseline_auc", self.max_blind_baseline_auc,
+                "must be in [0.5, 1]; 0.55 allows the blind baseline's noise on a few hundred texts.")
+        require(all(0 < fpr <= 1 and 0 <= tpr <= 1 for fpr, tpr in self.max_tpr_at_fpr.items()), "max_tpr_at_fpr",
+                self.max_tpr_at_fpr, "must map FPR ceilings in (0, 1] to TPR limits in [0, 1], e.g. {0.01: 0.05}.")
+        require(0 < self.confidence < 1, "confidence", self.confidence, "must be in (0, 1), e.g. 0.95.")
+        for key in ("max_canary_exposure", "max_extraction_rate", "max_canaries_extracted"):
+            value = getattr(self, key)
+            require(value is None or value >= 0, key, value, "must be at least 0, or null to not check it.")
+        require(self.max_extraction_rate is None or self.max_extraction_rate <= 1, "max_extraction_rate",
+                self.max_extraction_rate, "must be a share in [0, 1].")
+        require(all(n >= 1 and 0 <= limit <= 1 for n, limit in self.max_sampled_extraction.items()),
+                "max_sampled_extraction", self.max_sampled_extraction,
+                "must map sample counts (at least 1) to chances in [0, 1], e.g. {100: 0.01}.")
+        require(self.max_epsilon is None or self.max_epsilon > 0, "max_epsilon", self.max_epsilon,
+                "must be positive, or null to not check it.")
+
+
+def policy_yaml(policy: GatePolicy) -> str:
+    """The policy as YAML with each key's meaning commented above it; `load_yaml(GatePolicy, ...)` reads it back."""
+    lines = ["# privft release gate: `privft gate REPORT --policy THIS_FILE`, or these keys under `gate:` in a",
+             "# `privft train` config. A limit set to null (or {}) is not checked; a limit set on something the",
+             "# report did not measure makes the verdict 'cannot judge'. Exit codes: 0 pass, 1 fail, 2 cannot judge.",
+             ""]
+    values = to_dict(policy)
+    for item in fields(policy):
+        lines += [f"# {line}" for line in textwrap.wrap(item.metadata["doc"], 98)]
+        lines += [yaml.safe_dump({item.name: values[item.name]}, sort_keys=False, allow_unicode=True).rstrip(), ""]
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Criterion:
+    """One criterion as judged: its number, the limit it is held to, the result, and the counts behind it."""
+
+    name: str
+    value: float | None
+    limit: float | None
+    status: str  # PASS, FAIL, NOT_MEASURED or NOT_APPLICABLE
+    evidence: str
+    at_least: bool = False  # the limit is a minimum (counts), not a maximum
+    precondition: bool = False  # when it does not pass the report cannot be judged, rather than failing
+
+    def limit_text(self) -> str:
+        """The limit as shown, e.g. '≤ 0.05' or '≥ 1,000'; '—' when there is none."""
+        return "—" if self.limit is None else f"{'≥' if self.at_least else '≤'} {_number(self.limit)}"
+
+    def row(self) -> str:
+        """A Markdown table row: criterion, number, limit, result, evidence."""
+        value = "—" if self.value is None else _number(self.value)
+        return f"| {self.name} | {value} | {self.limit_text()} | {self.status} | {self.evidence} |"
+
+
+def _number(value: float) -> str:
+    """A number for the table: counts with thousands separators, rates to 4 significant digits."""
+    if math.isinf(value):
+        return "∞"
+    return f"{int(value):,}" if float(value).is_integer() and abs(value) >= 1 else f"{value:.4g}"
+
+
+def _judge(name: str, value: float | None, limit: float | None, evidence: str, *, at_least: bool = False,
+           precondition: bool = False) -> Criterion:
+    """A criterion whose status follows from its number and limit (not measured when there is no number)."""
+    if value is None:
+        status = NOT_MEASURED
+    else:
+        status = PASS if (value >= limit if at_least else value <= limit) else FAIL
+    return Criterion(name, value, limit, status, evidence, at_least, precondition)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The gate's decision on one report: pass, fail or cannot judge, with every criterion behind it."""
+
+    outcome: str
+    criteria: tuple[Criterion, ...]
+    source: str
+    policy: GatePolicy
+
+    @classmethod
+    def of(cls, criteria: list[Criterion], source: str, policy: GatePolicy) -> Verdict:
+        """Unmet preconditions first (cannot judge), then any failure, then any criterion not measured."""
+        if any(c.precondition and c.status != PASS for c in criteria):
+            outcome = CANNOT_JUDGE
+        elif any(c.status == FAIL for c in criteria):
+            outcome = FAIL
+        elif any(c.status == NOT_MEASURED for c in criteria):
+            outcome = CANNOT_JUDGE
+        else:
+            outcome = PASS
+        return cls(outcome, tuple(criteria), source, policy)
+
+    @property
+    def exit_code(self) -> int:
+        """0 pass, 1 fail, 2 cannot judge."""
+        return EXIT_CODES[self.outcome]
+
+    @property
+    def deciding(self) -> list[Criterion]:
+        """The criteria that decided a verdict other than pass."""
+        if self.outcome == PASS:
+            return []
+        preconditions = [c for c in self.criteria if c.precondition and c.status != PASS]
+        if preconditions:
+            return preconditions
+        failed = [c for c in self.criteria if c.status == FAIL]
+        return failed or [c for c in self.criteria if c.status == NOT_MEASURED]
+
+    def headline(self) -> str:
+        """One line: the verdict and what decided it."""
+        reasons = "; ".join(f"{c.name}: {c.status}" + ("" if c.value is None or c.limit is None else
+                                                       f" ({_number(c.value)}, limit {c.limit_text()})")
+                            for c in self.deciding)
+        return f"**Release gate: {self.outcome.upper()}**" + (f" — {reasons}" if reasons else "")
+
+    def to_markdown(self) -> str:
+        """The headline and one table row per criterion."""
+        return "\n".join([self.headline(), "", f"Judged: {self.source}.", "",
+                          "| Criterion | Number | Limit | Result | Evidence |", "|---|---|---|---|---|",
+                          *(c.row() for c in self.criteria)]) + "\n"
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict: outcome, exit code, source, policy and criteria."""
+        return {"outcome": self.outcome, "exit_code": self.exit_code, "source": self.source,
+                "policy": to_dict(self.policy), "criteria": [asdict(c) for c in self.criteria]}
+
+
+def load_audit(report: AuditReport | Mapping[str, Any] | str | Path) -> tuple[dict[str, Any], dict | None, str]:
+    """The report as a dict, the DP summary beside it (dp.json, else the report's training record), and its name."""
+    dp = None
+    if isinstance(report, AuditReport):
+        data, source = report.to_dict(), f"audit of {report.model or 'an unnamed model'} ({report.created})"
+    elif isinstance(report, Mapping):
+        data, source = dict(report), f"audit of {report.get('model') or 'an unnamed model'}"
+    else:
+        path = Path(report)
+        folder = path if path.is_dir() else path.parent
+        if not (folder / "report.json").is_file():
+            raise FileNotFoundError(f"No audit report at {report}: give the report.json that privft audit or "
+                                    "privft train wrote, or its folder.")
+        try:
+            data = read_report(folder)  # refuses a report.md or roc.png from another save
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{folder / 'report.json'} is not an audit report (invalid JSON: {error}).") from None
+        if (folder / "dp.json").is_file():
+            dp = json.loads((folder / "dp.json").read_text(encoding="utf-8"))
+        source = str(folder / "report.json") + (" and dp.json" if dp else "")
+    if not isinstance(data.get("attacks"), Mapping) or not isinstance(data.get("split"), Mapping):
+        raise ValueError(f"{source} is not a privft audit report: it has no 'attacks' and 'split' entries.")
+    return data, dp if dp is not None else (data.get("training") or {}).get("dp"), source
+
+
+def check(report: AuditReport | Mapping[str, Any] | str | Path, policy: GatePolicy | None = None) -> Verdict:
+    """Judge an audit report against `policy` (default `GatePolicy()`): every criterion, then the verdict."""
+    policy = policy or GatePolicy()
+    data, dp, source = load_audit(report)
+    criteria = [*_count_criteria(data, policy), _blind_criterion(data, policy), *_tpr_criteria(data, policy)]
+    if policy.max_canary_exposure is not None:
+        criteria.append(_exposure_criterion(data, policy.max_canary_exposure))
+    criteria += _extraction_criteria(data, policy)
+    criteria += _epsilon_criteria(data, dp, policy)
+    return Verdict.of(criteria, source, policy)
+
+
+def _count_criteria(data: Mapping[str, Any], policy: GatePolicy) -> list[Criterion]:
+    """The audit's size, and a model that was trained at all: what must hold before any number is judged."""
+    split = data["split"]
+    where = f"split: {split.get('source', '?')}, seed {split.get('seed', '?')}; no smaller audit is judged"
+    found = [_judge("members audited", split.get("n_members"), policy.min_members, where, at_least=True,
+                    precondition=True),
+             _judge("non-members audited", split.get("n_non_members"), policy.min_non_members, where, at_least=True,
+                    precondition=True)]
+    if data.get("training_steps") == 0:  # audited by a training callback before any step: the base model
+        found.append(_judge("optimizer steps before the audit", 0, 1, "the audit describes the model before "
+                            "fine-tuning", at_least=True, precondition=True))
+    return found
+
+
+def _blind_criterion(data: Mapping[str, Any], policy: GatePolicy) -> Criterion:
+    """The blind baseline near chance, or the gate refuses: attack numbers would measure distribution shift."""
+    auc = (data.get("blind_baseline") or {}).get("auc") or {}
+    name = "blind baseline AUC (no model access)"
+    if "auc" not in auc:
+        return _judge(name, None, policy.max_blind_baseline_auc, "the report has no blind baseline",
+                      precondition=True)
+    evidence = (f"95 % CI [{auc['ci_low']:.3f}, {auc['ci_high']:.3f}] on {auc['n_members']} vs "
+                f"{auc['n_non_members']}; above the limit attack numbers measure distribution shift")
+    shift = data.get("distribution_shift", False)
+    if shift is None:  # too few texts for the baseline to give a verdict
+        return Criterion(name, auc["auc"], policy.max_blind_baseline_auc, NOT_MEASURED,
+                         evidence + "; too few texts for the baseline to rule a shift out", precondition=True)
+    if shift:
+        return Criterion(name, auc["auc"], policy.max_blind_baseline_auc, FAIL,
+                         "the report flags DISTRIBUTION SHIFT: " + evidence, precondition=True)
+    return _judge(name, auc["auc"], policy.max_blind_baseline_auc, evidence, precondition=True)
+
+
+def _tpr_criteria(data: Mapping[str, Any], policy: GatePolicy) -> list[Criterion]:
+    """Per FPR ceiling: the attack with the highest upper Clopper-Pearson bound on its TPR."""
+    found = []
+    for ceiling, limit in sorted(policy.max_tpr_at_fpr.items(), reverse=True):
+        name = f"TPR @ FPR ≤ {ceiling * 100:g} %, strongest attack (upper {policy.confidence * 100:g} % bound)"
+        entries = {attack: entry for attack, metrics in data["attacks"].items()
+                   for entry in metrics.get("tpr_at_fpr", []) if math.isclose(entry["max_fpr"], ceiling)}
+        estimable = {a: e for a, e in entries.items() if e.get("true_positives") is not None}
+        bounds = {a: clopper_pearson(e["true_positives"], e["n_members"], policy.confidence)[1]
+                  for a, e in estimable.items()}
+        if not bounds:
+            why = (next(iter(entries.values())).get("warning") if entries else
+                   f"the audit did not report this ceiling: add {ceiling:g} to audit.max_fprs")
+            found.append(_judge(name, None, limit, why))
+            continue
+        strongest = max(bounds, key=bounds.get)
+        e = estimable[strongest]
+        evidence = (f"{strongest}: {e['true_positives']}/{e['n_members']} members (point {e['tpr']:.4f}) at "
+                    f"{e['false_positives']}/{e['n_non_members']} non-members")
+        criterion = _judge(name, bounds[strongest], limit, evidence)
+        unknown = sorted(set(entries) - set(estimable))
+        if unknown and criterion.status == PASS:  # one of them may be the strongest
+            criterion = Criterion(name, bounds[strongest], limit, NOT_MEASURED,
+                                  f"{evidence}; not estimable for {', '.join(unknown)}, which may be stronger")
+        found.append(criterion)
+    return found
+
+
+def _exposure_criterion(data: Mapping[str, Any], limit: float) -> Criterion:
+    """The highest canary exposure, not measured when the limit lies beyond what the alternatives resolve."""
+    name = "canary exposure, highest canary (bits)"
+    exposure = data.get("canary_exposure")
+    if not exposure or exposure.get("max_exposure") is None:
+        return _judge(name, None, limit, "no canaries were planted: set canaries.n_canaries (privft train) or "
+                                         "pass a CanaryCallback to the audit callback")
+    value, ceiling = exposure["max_exposure"], exposure.get("max_measurable") or math.inf
+    evidence = (f"{exposure.get('n_canaries', '?')} canaries × {exposure.get('copies', '?')} copies, mean "
+                f"{exposure.get('mean_exposure', math.nan):.2f} bits; measurable up to {ceiling:.2f} bits "
+                f"({exposure.get('n_alternatives', '?')} alternatives)")
+    if value >= ceiling - 1e-9 and limit >= ceiling:  # a canary ranked first: its exposure is ceiling or more
+        return Criterion(name, value, limit, NOT_MEASURED, evidence + "; a canary ranks first, so the limit is "
+                         "beyond what these alternatives resolve: raise canaries.n_alternatives")
+    return _judge(name, value, limit, evidence)
+
+
+def _extraction_criteria(data: Mapping[str, Any], policy: GatePolicy) -> list[Criterion]:
+    """Greedy and probabilistic extraction of members, and canary extraction, from report.json's `extraction`."""
+    extraction = data.get("extraction") or {}
+    missing = "the report has no {}: set audit.extraction (and plant canaries for canary extraction)"
+    found = []
+    if policy.max_extraction_rate is not None:
+        name = f"greedy extraction, members (upper {policy.confidence * 100:g} % bound)"
+        summary = (extraction.get("greedy") or {}).get("summary") or {}
+        members, others = summary.get("members") or {}, summary.get("non_members") or {}
+        if members.get("n_decoded"):
+            upper = clopper_pearson(members["approximate"], members["n_decoded"], policy.confidence)[1]
+            found.append(_judge(name, upper, policy.max_extraction_rate,
+                                f"{members['approximate']}/{members['n_decoded']} decoded members match approximately "
+                                f"({members.get('exact', '?')} exactly); non-members {others.get('approximate', '?')}"
+                                f"/{others.get('n_decoded', '?')}"))
+        else:
+            found.append(_judge(name, None, policy.max_extraction_rate, missing.format("greedy extraction of members")))
+    for n, limit in sorted(policy.max_sampled_extraction.items()):
+        name = f"sampled extraction in {n} samples, members (mean chance)"
+        measured = [(entry["summary"]["members"]["at_least_once"][str(n)], entry)
+                    for entry in extraction.get("probabilistic") or ()
+                    if (entry.get("summary") or {}).get("members", {}).get("at_least_once", {}).get(str(n)) is not None]
+        if not measured:
+            found.append(_judge(name, None, limit, f"n = {n} is not among audit.extraction.n_samples"
+                                if extraction.get("probabilistic") else missing.format("probabilistic extraction")))
+            continue
+        chance, worst = max(measured, key=lambda m: m[0])
+        control = worst["summary"].get("non_members", {}).get("at_least_once", {}).get(str(n))
+        found.append(_judge(name, chance, limit, f"worst of {len(measured)} prefix length(s): k = "
+                                                 f"{worst.get('prefix_length', '?')}, over "
+                                                 f"{worst['summary']['members'].get('n_long_enough', '?')} members; "
+                                                 f"non-members {'?' if control is None else f'{control:.4g}'}"))
+    if policy.max_canaries_extracted is not None:
+        name = "canaries extracted (greedy or beam decoding)"
+        canaries = extraction.get("canaries")
+        if not canaries:
+            found.append(_judge(name, None, policy.max_canaries_extracted, missing.format("canary extraction")))
+        else:
+            extracted = sum(bool(c.get("greedy") or c.get("beam")) for c in canaries)
+            found.append(_judge(name, extracted, policy.max_canaries_extracted,
+                                f"{extracted} of {len(canaries)} canaries' secrets decoded from their template prefix"))
+    return found
+
+
+def _accountant_epsilon(data: Mapping[str, Any], dp: Mapping[str, Any] | None) -> tuple[float | None, str]:
+    """The ε a text is protected at (group ε for repeated texts), or ∞ when trained without DP; None if unknown."""
+    if dp and dp.get("epsilon") is not None:
+        epsilon, evidence = dp["epsilon"], (f"δ = {dp.get('delta', math.nan):.2g}, "
+                                            f"{str(dp.get('accountant', '?')).upper()} accountant, per training "
+                                            "sequence")
+        copies, group = dp.get("max_multiplicity") or 1, dp.get("group_epsilon")
+        if copies > 1 and group is not None and group > epsilon:
+            epsilon, evidence = group, (f"group ε of a text present {copies} times (ε = {dp['epsilon']:.3g} per "
+                                        f"sequence, δ = {dp.get('delta', math.nan):.2g})")
+        return epsilon, evidence
+    if isinstance(data.get("training"), Mapping):
+        return math.inf, "trained without DP-SGD: no accountant guarantee"
+    return None, "no dp.json beside the report and no training record: whether it was trained with DP is unknown"
+
+
+def _epsilon_criteria(data: Mapping[str, Any], dp: Mapping[str, Any] | None, policy: GatePolicy) -> list[Criterion]:
+    """The accountant's ε against its limit, and the one-run empirical lower bound against the accountant's ε."""
+    found = []
+    accountant, evidence = _accountant_epsilon(data, dp)
+    if policy.max_epsilon is not None:
+        found.append(_judge("DP accountant ε", accountant, policy.max_epsilon, evidence))
+    one_run = data.get("epsilon_audit") or {}
+    if one_run.get("accountant_epsilon") is not None:  # a canary fills `copies` sequences: its group guarantee
+        against, evidence = one_run["accountant_epsilon"], (f"the accountant's ε for a canary of "
+                                                            f"{one_run.get('copies', '?')} copies (group privacy)")
+    elif one_run and accountant is None:
+        against, evidence = math.inf, "no DP accountant in the training logs"
+    else:
+        against = accountant
+    name = "empirical ε lower bound (one run) ≤ accountant ε"
+    lower = one_run.get("epsilon_lower_bound")
+    if lower is not None:
+        counts = (f"{one_run.get('n_correct', '?')}/{one_run.get('n_guesses', '?')} guesses right on "
+                  f"{one_run.get('n_canaries', '?')} canaries")
+        if math.isfinite(against):
+            found.append(_judge(name, lower, against, f"{counts}; against {evidence}"))
+        else:
+            found.append(Criterion(name, lower, None, NOT_APPLICABLE, f"{counts}; {evidence}: the bound is a floor "
+                                                                       "on leakage with no ceiling to contradict"))
+    elif policy.require_epsilon_lower_bound:
+        if against is not None and math.isinf(against):
+            found.append(Criterion(name, None, None, NOT_APPLICABLE, evidence))
+        else:
+            found.append(_judge(name, None, against, "the report has no one-run ε audit: plant canaries with "
+                                                     "canaries.one_run set"))
+    return found

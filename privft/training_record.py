@@ -1,0 +1,104 @@
+"""How a model was trained and defended (fine-tuning, SOFT, DP-SGD), for the audit report and the model card."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class SoftRecord:
+    """What SOFT did in a run: its rule, paraphraser and format, and how many samples it served obfuscated."""
+
+    rule: str
+    paraphraser: str
+    paraphraser_model: str | None
+    paraphraser_options: dict[str, Any]
+    mode: str  # "rewrite-only" or "prefix+rewrite"
+    prefix_keep_ratio: float
+    n_samples: int
+    n_selected: int  # selected at the last selection (cumulative unless the rule says otherwise)
+    n_served_obfuscated: int  # of those, served with tokens that differ from the original's (soft/n_served_changed)
+    n_selections: int
+
+    def markdown(self) -> str:
+        """One bullet line: rule, paraphraser, format and the samples served obfuscated."""
+        options = ", ".join(f"{k} {v}" for k, v in self.paraphraser_options.items())
+        paraphraser = "; ".join(filter(None, [self.paraphraser_model, options]))
+        kept = (f"the first {self.prefix_keep_ratio * 100:g} % kept verbatim" if self.prefix_keep_ratio
+                else "the whole text rewritten")
+        last = "its one selection" if self.n_selections == 1 else f"the last of its {self.n_selections} selections"
+        served = (f"{self.n_served_obfuscated} of {self.n_samples} training samples served obfuscated after {last} "
+                  f"({self.n_selected} selected)" if self.n_selections
+                  else f"no selection ran, so none of the {self.n_samples} training samples was served obfuscated")
+        return (f"- SOFT: {self.rule} rule; {self.paraphraser} paraphraser"
+                + (f" ({paraphraser})" if paraphraser else "") + f"; {self.mode}, {kept}; {served}.")
+
+
+@dataclass(frozen=True)
+class DPRecord:
+    """A DP-LoRA run's guarantee and the DP-SGD settings behind it (from `privft.dp.DPLoraEngine.summary`)."""
+
+    epsilon: float  # spent, by the accountant
+    delta: float
+    target_epsilon: float
+    noise_multiplier: float  # σ
+    sample_rate: float  # q
+    steps: int  # T calibrated for
+    noised_steps: int  # T run
+    max_grad_norm: float  # C
+    accountant: str
+    privacy_unit: str
+    max_multiplicity: int | None = None  # most copies of one training sequence
+    group_epsilon: float | None = None  # the guarantee of a text present max_multiplicity times
+    group_delta: float | None = None
+
+    @classmethod
+    def from_summary(cls, summary: dict[str, Any]) -> DPRecord:
+        """The record of an engine's `summary()` (the contents of `dp.json`)."""
+        return cls(**{name: summary.get(name) for name in cls.__dataclass_fields__})
+
+    def markdown(self) -> str:
+        """One bullet line: ε, δ, σ, q, T, C and the accountant."""
+        line = (f"- DP-SGD on the LoRA adapters: ε = {self.epsilon:.3g} (target {self.target_epsilon:g}) at "
+                f"δ = {self.delta:.2g} for {self.privacy_unit}, {self.accountant.upper()} accountant; "
+                f"σ = {self.noise_multiplier:.4g}, q = {self.sample_rate:.4g}, T = {self.noised_steps} noised steps "
+                f"(of {self.steps} calibrated), C = {self.max_grad_norm:g}.")
+        if self.max_multiplicity and self.max_multiplicity > 1 and self.group_epsilon is not None:
+            line += (f" A text present {self.max_multiplicity} times is protected at (ε, δ) = "
+                     f"({self.group_epsilon:.3g}, {self.group_delta:.2g}) only (group privacy).")
+        return line
+
+
+@dataclass(frozen=True)
+class TrainingRecord:
+    """How the audited model was trained and defended; `privft train` fills it, `AuditReport.training` carries it."""
+
+    method: str  # "full fine-tuning", "LoRA" or "DP-LoRA"
+    epochs: float
+    n_training_texts: int  # members plus canary copies
+    lora_rank: int | None = None
+    lora_alpha: int | None = None
+    lora_targets: tuple[str, ...] | None = None
+    soft: SoftRecord | None = None
+    dp: DPRecord | None = None
+    canaries: str | None = None  # e.g. "10 canaries × 5 copies"; None when none were planted
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (report.json's `training`)."""
+        return {**asdict(self), "lora_targets": list(self.lora_targets) if self.lora_targets else None}
+
+    def markdown(self) -> str:
+        """The 'how it was trained and defended' lines of report.md and the model card."""
+        model = self.method
+        if self.lora_rank is not None:
+            model += f" rank {self.lora_rank} (α {self.lora_alpha}) on {', '.join(self.lora_targets or ())}"
+        planted = f"; planted: {self.canaries}" if self.canaries else ""
+        lines = ["Trained and defended:", "",
+                 f"- {model}; {self.epochs:g} epoch{'' if self.epochs == 1 else 's'} on {self.n_training_texts} "
+                 f"training texts{planted}."]
+        lines += [part.markdown() for part in (self.soft, self.dp) if part is not None]
+        if self.soft is None and self.dp is None:
+            lines.append("- No defence: neither SOFT nor DP-SGD.")
+        return "\n".join(lines)
+
