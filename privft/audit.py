@@ -9,8 +9,8 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from privft.attacks import ATTACKS, DEFAULT_ATTACKS, AttackInputs, blind_baseline_scores, get_attack
-from privft.attacks.ensemble import COMPONENTS as ENSEMBLE_COMPONENTS
+from privft.attacks import ATTACKS, AttackInputs, attack_names, blind_baseline_scores, get_attack
+from privft.attacks.ensemble import ensemble_components
 from privft.audit_context import AuditContext
 from privft.config import require
 from privft.data import MembershipSplit
@@ -21,22 +21,11 @@ from privft.metrics import DEFAULT_MAX_FPRS, PERPLEXITY_CONVENTION, AttackMetric
 from privft.report import AuditReport, PerplexityResult
 from privft.scoring import StatsCache, TokenStats, score_texts
 
-CONTEXT_ATTACKS = ("recall", "con_recall", "neighbourhood")  # run by default when the audit has their context
-NEED_HINTS = {  # what to supply for each input an attack may need
-    "reference": "pass a reference model (for a peft model the adapters are disabled by default)",
-    "lowercase": "let run_audit score the lowercased texts",
-    "known_labels": "let run_audit hold out the Ensemble's fitting labels",
-    "prefixed": "give non-member prefix texts (AuditContext.non_member_prefix; privft audit --prefix-non-members)",
-    "member_prefixed": "give member prefix texts too (AuditContext.member_prefix; privft audit --prefix-members)",
-    "neighbours": "give word-swap neighbours (AuditContext.neighbours from generate_neighbours; "
-                  "privft audit --neighbours N)",
-}
-
 
 @dataclass
 class AuditConfig:
-    """Settings of an audit; `attacks=None` runs the token-level attacks the inputs allow, plus ReCaLL,
-    CON-ReCaLL and the neighbourhood attack when the audit is given their context."""
+    """Settings of an audit; `attacks=None` runs the default attacks the inputs allow (the token-level ones, plus
+    ReCaLL, CON-ReCaLL and the neighbourhood attack when the audit is given their context)."""
 
     attacks: tuple[str, ...] | None = None
     max_fprs: tuple[float, ...] = DEFAULT_MAX_FPRS
@@ -113,8 +102,8 @@ def available_statistics(has_reference: bool, context: AuditContext | None = Non
 
 
 def default_attacks(available: set[str]) -> tuple[str, ...]:
-    """The token-level attacks, plus each context attack whose statistics the audit was given."""
-    return DEFAULT_ATTACKS + tuple(name for name in CONTEXT_ATTACKS if ATTACKS[name].needs <= available)
+    """The registered defaults: those without context, plus each context attack whose statistics the audit was given."""
+    return attack_names(lambda attack: attack.default and (not attack.needs_context or attack.needs <= available))
 
 
 def select_attacks(config: AuditConfig, available: set[str], same_tok: bool) -> tuple[list[str], list[str]]:
@@ -126,25 +115,20 @@ def select_attacks(config: AuditConfig, available: set[str], same_tok: bool) -> 
     names = list(config.attacks or default_attacks(available))
     chosen, notes = [], []
     for name in names:
-        attack = ATTACKS[name]
-        missing = sorted(attack.needs - available)
-        reason = f"needs {', '.join(missing)} statistics" if missing else None
-        hint = "; ".join(NEED_HINTS[need] for need in missing)
-        if name == "ref_ratio" and "reference" in available and not same_tok:
-            reason = "target and reference tokenizers differ, so per-token losses are not comparable"
-            hint = "use 'ref_ratio_bpb', which compares bits per byte"
-        if reason and config.attacks is not None:
-            raise ValueError(f"Attack {name!r} cannot run: {reason}. To run it, {hint}; or drop it from the attacks.")
-        if reason:
-            notes.append(f"{name} skipped: {reason}.")
-        else:
+        refusal = ATTACKS[name].refusal(available, same_tok)
+        if refusal is None:
             chosen.append(name)
+        elif config.attacks is None:
+            notes.append(f"{name} skipped: {refusal[0]}.")
+        else:
+            reason, hint = refusal
+            raise ValueError(f"Attack {name!r} cannot run: {reason}. To run it, {hint}; or drop it from the attacks.")
     return chosen, notes
 
 
 def needed_statistics(names: Sequence[str]) -> set[str]:
     """The statistics the attacks `names` read; the Ensemble reads those of all its components."""
-    readers = [*names, *(ENSEMBLE_COMPONENTS if "ensemble" in names else ())]
+    readers = [*names, *(ensemble_components() if "ensemble" in names else ())]
     return set().union(*(ATTACKS[name].needs for name in readers))
 
 

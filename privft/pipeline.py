@@ -29,7 +29,7 @@ from privft.io import atomic_write_text
 from privft.models import DEFAULT_MODEL, cache_dir, hub_lookups_skipped, load_model
 from privft.paraphrase import ParaphraseCache, Paraphraser, build_paraphraser, obfuscate
 from privft.paraphrase.obfuscate import MODES
-from privft.paraphrase.registry import PARAPHRASERS
+from privft.paraphrase.registry import PARAPHRASERS, get_paraphraser
 from privft.report import AuditReport, package_versions
 from privft.training import FinetuneSettings, build_trainer, tokenize_for_training
 from privft.training_record import DPRecord, SoftRecord, TrainingRecord
@@ -174,7 +174,7 @@ def training_record(config: RunConfig, n_texts: int, soft: SelectiveObfuscationC
         last = soft.history[-1] if soft.history else {}
         soft_record = SoftRecord(
             rule=settings.rule, paraphraser=settings.paraphraser,
-            paraphraser_model=None if settings.paraphraser == "wordnet" else settings.paraphraser_model or config.model,
+            paraphraser_model=soft_paraphraser_model(config),
             paraphraser_options=dict(settings.paraphraser_options), mode=settings.mode,
             prefix_keep_ratio=settings.prefix_keep_ratio, n_samples=n_texts, n_selected=last.get("n_selected", 0),
             n_served_obfuscated=last.get("n_served_changed", 0), n_selections=len(soft.history))
@@ -214,10 +214,18 @@ def canary_plan(settings: CanarySettings, seed: int) -> CanaryPlan | None:
                       n_alternatives=settings.n_alternatives, seed=seed, one_run=settings.one_run)
 
 
+def soft_paraphraser_model(config: RunConfig) -> str | None:
+    """The model the run's SOFT paraphraser rewrites with (the run's own unless set); None if it needs no model."""
+    if not get_paraphraser(config.soft.paraphraser).needs_model:
+        return None
+    return config.soft.paraphraser_model or config.model
+
+
 def soft_paraphraser(config: RunConfig, **overrides: Any) -> Paraphraser:
     """The run's SOFT paraphraser (`overrides` replace some of its options), on the run's model unless set."""
     soft = config.soft
-    options = {"model": soft.paraphraser_model or config.model} if soft.paraphraser != "wordnet" else {}
+    model = soft_paraphraser_model(config)
+    options = {"model": model} if model is not None else {}
     return build_paraphraser(soft.paraphraser, **options, **{**soft.paraphraser_options, **overrides})
 
 

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 
 import numpy as np
 import pytest
 
 from privft import audit
-from privft.attacks.registry import NEEDS
+from privft.attacks import AttackInputs, get_attack
+from privft.attacks.registry import INPUT_HINTS, NEEDS
 from privft.audit import AuditConfig, run_audit
 from privft.cli import main
 from privft.data import MembershipSplit
@@ -110,7 +112,10 @@ def test_reference_with_another_tokenizer_allows_only_the_per_byte_ratio(tiny_mo
 
 
 def test_every_input_an_attack_can_need_has_a_hint():
-    assert set(audit.NEED_HINTS) == NEEDS  # so a refusal always says what to supply
+    optional = {f.name for f in dataclasses.fields(AttackInputs) if f.default is None}
+    assert NEEDS == optional and all(INPUT_HINTS.values())  # so a refusal always says what to supply
+    reason, hint = get_attack("recall").refusal(set(), same_tokenizer=True)
+    assert reason == "needs prefixed statistics" and "--prefix-non-members" in hint
 
 
 def test_unknown_attack_fails_before_any_forward_pass():

@@ -2,12 +2,10 @@
 
 from privft.attacks import context, ensemble, token_level  # noqa: F401  (register the attacks)
 from privft.attacks.blind import SHIFT_AUC, blind_baseline_scores
-from privft.attacks.registry import ATTACKS, Attack, AttackInputs, get_attack, register_attack
+from privft.attacks.registry import ATTACKS, Attack, AttackInputs, attack_names, get_attack, register_attack
 from privft.attacks.token_level import min_k_plus_plus_score, min_k_score
 
-DEFAULT_ATTACKS = ("loss", "loss_bpb", "zlib", "lowercase", "min_k", "min_k_pp", "ref_ratio", "ref_ratio_bpb")
-
 __all__ = [
-    "ATTACKS", "Attack", "AttackInputs", "DEFAULT_ATTACKS", "SHIFT_AUC", "blind_baseline_scores",
+    "ATTACKS", "Attack", "AttackInputs", "SHIFT_AUC", "attack_names", "blind_baseline_scores",
     "get_attack", "min_k_plus_plus_score", "min_k_score", "register_attack",
 ]

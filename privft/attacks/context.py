@@ -12,6 +12,7 @@ from privft.attacks.registry import AttackInputs, register_attack
 
 
 @register_attack("recall", needs=("prefixed",),
+                 default=True, needs_context=True, ensemble_component=True,
                  description="loss after a non-member prefix over the plain loss, target tokens only (Xie et al. 2024)")
 def recall_attack(inputs: AttackInputs) -> np.ndarray:
     """ReCaLL: a non-member prefix raises a member's loss relatively more than a non-member's."""
@@ -19,6 +20,7 @@ def recall_attack(inputs: AttackInputs) -> np.ndarray:
 
 
 @register_attack("con_recall", needs=("prefixed", "member_prefixed"),
+                 default=True, needs_context=True, ensemble_component=True,
                  description="non-member-prefix loss minus member-prefix loss, over the plain loss (Wang et al. 2024)")
 def con_recall_attack(inputs: AttackInputs) -> np.ndarray:
     """CON-ReCaLL: members gain from a member prefix and lose from a non-member one."""
@@ -27,6 +29,7 @@ def con_recall_attack(inputs: AttackInputs) -> np.ndarray:
 
 
 @register_attack("neighbourhood", needs=("neighbours",),
+                 default=True, needs_context=True, ensemble_component=True,
                  description="mean loss of word-swap neighbours minus the text's loss (Mattern et al. 2023)")
 def neighbourhood_attack(inputs: AttackInputs) -> np.ndarray:
     """A member sits in a loss dip that its neighbours do not share; NaN for a text with no neighbour."""

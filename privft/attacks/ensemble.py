@@ -7,15 +7,17 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from privft.attacks.registry import ATTACKS, AttackInputs, register_attack
+from privft.attacks.registry import ATTACKS, AttackInputs, attack_names, register_attack
 
-COMPONENTS = ("loss", "zlib", "lowercase", "min_k", "min_k_pp", "ref_ratio", "recall", "con_recall", "neighbourhood")
+
+def ensemble_components() -> tuple[str, ...]:
+    """The attacks the Ensemble may combine: those registered with `ensemble_component=True`."""
+    return attack_names(lambda attack: attack.ensemble_component)
 
 
 def ensemble_features(inputs: AttackInputs) -> tuple[list[str], np.ndarray]:
-    """The component attacks whose statistics exist, and their scores as one column each."""
-    names = [n for n in COMPONENTS if all(getattr(inputs, need) is not None for need in ATTACKS[n].needs)
-             and (n != "ref_ratio" or inputs.same_tokenizer)]
+    """The component attacks that can run on `inputs`, and their scores as one column each."""
+    names = [n for n in ensemble_components() if ATTACKS[n].can_run(inputs)]
     return names, np.column_stack([ATTACKS[n](inputs) for n in names])
 
 

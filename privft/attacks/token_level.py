@@ -35,59 +35,58 @@ def min_k_plus_plus_score(stats: TokenStats, fraction: float = 0.2) -> float:
     return _lowest_fraction_mean(z, fraction)
 
 
-def _require_same_tokenizer(inputs: AttackInputs, name: str) -> None:
-    if not inputs.same_tokenizer:
-        raise ValueError(f"{name} compares per-token losses, which is meaningless when the target and "
-                         "reference tokenizers differ; use 'ref_ratio_bpb' (bits per byte) instead.")
-
-
-@register_attack("loss", description="negative mean token loss (Yeom et al. 2018)")
+@register_attack("loss", default=True, ensemble_component=True,
+                 description="negative mean token loss (Yeom et al. 2018)")
 def loss_attack(inputs: AttackInputs) -> np.ndarray:
     """Members have lower loss."""
     return np.array([-s.mean_nll for s in inputs.target])
 
 
-@register_attack("loss_bpb", description="negative bits per byte of the target")
+@register_attack("loss_bpb", default=True,
+                 description="negative bits per byte of the target")
 def loss_bpb_attack(inputs: AttackInputs) -> np.ndarray:
     """The loss attack in bits per UTF-8 byte, independent of the tokenizer."""
     return np.array([-s.bits_per_byte for s in inputs.target])
 
 
-@register_attack("zlib", description="loss over zlib-compressed length (Carlini et al. 2021)")
+@register_attack("zlib", default=True, ensemble_component=True,
+                 description="loss over zlib-compressed length (Carlini et al. 2021)")
 def zlib_attack(inputs: AttackInputs) -> np.ndarray:
     """Mean token loss divided by the zlib entropy (compressed bytes) of the text, negated."""
     return np.array([-s.mean_nll / len(zlib.compress(t.encode("utf-8")))
                      for s, t in zip(inputs.target, inputs.texts)])
 
 
-@register_attack("lowercase", needs=("lowercase",),
+@register_attack("lowercase", needs=("lowercase",), default=True, ensemble_component=True,
                  description="loss over the loss of the lowercased text (Carlini et al. 2021)")
 def lowercase_attack(inputs: AttackInputs) -> np.ndarray:
     """Ratio of log-perplexities of the original and the lowercased text, negated."""
     return np.array([-s.mean_nll / lower.mean_nll for s, lower in zip(inputs.target, inputs.lowercase)])
 
 
-@register_attack("min_k", description="mean of the lowest k % token log-probs (Shi et al. 2023)")
+@register_attack("min_k", default=True, ensemble_component=True,
+                 description="mean of the lowest k % token log-probs (Shi et al. 2023)")
 def min_k_attack(inputs: AttackInputs) -> np.ndarray:
     """Min-K% with k = inputs.min_k_fraction."""
     return np.array([min_k_score(s, inputs.min_k_fraction) for s in inputs.target])
 
 
-@register_attack("min_k_pp", description="Min-K% of log p standardised by μ and σ (Zhang et al. 2024)")
+@register_attack("min_k_pp", default=True, ensemble_component=True,
+                 description="Min-K% of log p standardised by μ and σ (Zhang et al. 2024)")
 def min_k_plus_plus_attack(inputs: AttackInputs) -> np.ndarray:
     """Min-K%++ with k = inputs.min_k_fraction."""
     return np.array([min_k_plus_plus_score(s, inputs.min_k_fraction) for s in inputs.target])
 
 
-@register_attack("ref_ratio", needs=("reference",),
+@register_attack("ref_ratio", needs=("reference",), default=True, ensemble_component=True,
+                 needs_same_tokenizer=True,
                  description="reference loss minus target loss, per token (Carlini et al. 2021)")
 def reference_ratio_attack(inputs: AttackInputs) -> np.ndarray:
     """How much easier the text is for the target than for the reference, in nats per token."""
-    _require_same_tokenizer(inputs, "ref_ratio")
     return np.array([r.mean_nll - s.mean_nll for s, r in zip(inputs.target, inputs.reference)])
 
 
-@register_attack("ref_ratio_bpb", needs=("reference",),
+@register_attack("ref_ratio_bpb", needs=("reference",), default=True,
                  description="reference minus target bits per byte; valid across tokenizers")
 def reference_ratio_bpb_attack(inputs: AttackInputs) -> np.ndarray:
     """The reference ratio in bits per UTF-8 byte, so the two models may tokenize differently."""

@@ -29,7 +29,7 @@ from transformers.trainer_callback import ExportableState
 from privft.data.loaders import check_texts
 from privft.defend.distributed import on_main_then_broadcast
 from privft.defend.losses import TrainingPassLosses, sample_losses
-from privft.defend.rules import check_schedule, get_rule
+from privft.defend.rules import RULES, check_schedule, get_rule
 from privft.defend.selection import mean_losses, update_mask
 from privft.defend.view import ObfuscatedView
 from privft.training import tokenize_for_training
@@ -123,7 +123,9 @@ class SelectiveObfuscationCallback(TrainerCallback, ExportableState):
                                  "loss is the selection threshold τ.")
             validation_texts = check_texts(validation_texts, "validation_texts")
         elif validation_texts:
-            raise ValueError(f"rule={rule!r} does not use validation_texts; drop them or use rule='paper'.")
+            readers = sorted(name for name, registered in RULES.items() if registered.needs_validation)
+            raise ValueError(f"rule={rule!r} does not use validation_texts; drop them or use a rule that reads them "
+                             f"({', '.join(readers)}).")
         else:
             validation_texts = None
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:

@@ -11,9 +11,14 @@ from privft.scoring import model_fingerprint
 
 
 class Paraphraser(ABC):
-    """Rewrites text on this machine; `name` and `settings()` identify its output in caches and manifests."""
+    """Rewrites text on this machine; `name` and `settings()` identify its output in caches and manifests.
+
+    `needs_model` says whether it is built on a language model: then its constructor takes
+    `(model, tokenizer, **options)` and `build_paraphraser` loads the configured model first.
+    """
 
     name: ClassVar[str]
+    needs_model: ClassVar[bool] = False
 
     @abstractmethod
     def rewrite(self, text: str, *, seed: int) -> str:

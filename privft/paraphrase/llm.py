@@ -12,6 +12,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privft.models import DEFAULT_MODEL, load_model
 from privft.paraphrase.base import Paraphraser, model_identity
+from privft.paraphrase.registry import register_paraphraser
 
 SYSTEM_PROMPT = "You are a helpful text rewriting assistant."
 INSTRUCTIONS = {
@@ -88,10 +89,12 @@ def _without_meta(text: str) -> str:
     return "\n\n".join(paragraphs).strip()
 
 
+@register_paraphraser
 class LLMParaphraser(Paraphraser):
     """Rewrite text or code with a local instruct model, prompted as in the SOFT paper; seeded sampling."""
 
     name = "llm"
+    needs_model = True
 
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *, domain: str = "text",
                  max_new_tokens: int | None = None, temperature: float = 0.7, top_p: float = 0.9) -> None:

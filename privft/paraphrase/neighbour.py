@@ -15,6 +15,7 @@ import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privft.paraphrase.base import Paraphraser, model_identity
+from privft.paraphrase.registry import register_paraphraser
 from privft.scoring import start_token
 
 MAX_WINDOW = 1024  # tokens per forward pass; longer texts are cut into windows
@@ -22,6 +23,7 @@ _LETTERS = re.compile(r"[^\W\d_]+")
 _SPACED_WORD = re.compile(r" [^\W\d_]+")  # a vocabulary entry that begins a new word
 
 
+@register_paraphraser
 class NeighbourParaphraser(Paraphraser):
     """Replace `fraction` of the words with a sample from the LM's `top_k` word predictions at their position.
 
@@ -35,6 +37,7 @@ class NeighbourParaphraser(Paraphraser):
     """
 
     name = "neighbour"
+    needs_model = True
 
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *, fraction: float = 0.15,
                  top_k: int = 10) -> None:

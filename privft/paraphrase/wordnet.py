@@ -12,6 +12,7 @@ from typing import Any
 from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
 
 from privft.paraphrase.base import Paraphraser
+from privft.paraphrase.registry import register_paraphraser
 
 DEFAULT_WORDNET_DIR = Path("/usr/share/wordnet")
 DATA_FILES = ("data.noun", "data.verb", "data.adj", "data.adv")
@@ -61,6 +62,7 @@ def _match_case(replacement: str, original: str) -> str:
     return replacement
 
 
+@register_paraphraser
 class WordNetParaphraser(Paraphraser):
     """Replace `fraction` of the content words that WordNet knows with a random synonym (sense-unaware).
 
