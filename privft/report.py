@@ -96,15 +96,20 @@ def epsilon_audit_line(entry: dict) -> str:
                    f"(ε = {e['accountant_epsilon_per_sequence']:.3g} per training sequence).")
 
 
+def p_value_text(p: float) -> str:
+    """A p-value as shown: three significant digits, or "< 1e-300" where it underflows float64."""
+    return "< 1e-300" if p == 0 else f"= {p:.3g}"
+
+
 def dataset_inference_line(entry: dict) -> str:
     """The dataset-inference p-value with both set sizes, the false-positive control beside it."""
     test, control = entry["test"], entry["control"]
-    return (f"Dataset inference (Maini et al. 2024): p = {test['p_value']:.3g} that the {test['n_suspect']} members "
+    return (f"Dataset inference (Maini et al. 2024): p {p_value_text(test['p_value'])} that the {test['n_suspect']} members "
             f"score no higher than the {test['n_held_out']} non-members (linear model fitted on "
             f"{test['n_suspect_fit']} + {test['n_held_out_fit']}, one-sided Welch t-test on {test['n_suspect_test']} "
             f"vs {test['n_held_out_test']}; features: {', '.join(entry['features'])}). False-positive control "
             f"(non-members, half against half, {control['n_suspect_test']} vs {control['n_held_out_test']} tested): "
-            f"p = {control['p_value']:.3g}.")
+            f"p {p_value_text(control['p_value'])}.")
 
 
 def beyond_membership_warnings(report: AuditReport) -> list[str]:
