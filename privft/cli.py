@@ -1,4 +1,5 @@
-"""The `privft` command: `audit`, `train`, `gate` a release, `compare`, `shadows` + `lira`, `reproduce`, `demo`."""
+"""The `privft` command: `audit`, `train`, `gate` a release, `compare`, `shadows` + `lira`, `reproduce`, `demo`,
+`example`."""
 
 from __future__ import annotations
 
@@ -179,6 +180,12 @@ def _demo(args: argparse.Namespace) -> None:
                           epochs=args.epochs, seed=args.seed, output_dir=args.out))
 
 
+def _example(args: argparse.Namespace) -> None:
+    from privft.examples import run_support_tickets
+
+    run_support_tickets(model=args.model, scale=args.scale, seed=args.seed, output_dir=args.out)
+
+
 def _reproduce(args: argparse.Namespace) -> None:
     from privft.paper.command import reproduce, reproduce_from_compare
 
@@ -334,6 +341,16 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--out", default="runs/demo")
     demo.set_defaults(run=_demo)
+
+    example = commands.add_parser("example", help="a runnable walk-through: support-tickets (seed 000's release "
+                                                  "decision: split, blind baseline, audit, LiRA, de-duplicate, gate)")
+    example.add_argument("name", choices=("support-tickets",))
+    example.add_argument("--scale", default="default", choices=("default", "tiny"),
+                         help="default: ~30 min on SmolLM2 on 2 CPU cores; tiny: seconds on a tiny model (tests)")
+    example.add_argument("--model", default="smollm2-135m", help="hub id, local path or 'smollm2-135m'")
+    example.add_argument("--seed", type=int, default=0)
+    example.add_argument("--out", default="runs/support-tickets", help="runs, shadow farm and support-tickets.md")
+    example.set_defaults(run=_example)
 
     reproduce = commands.add_parser("reproduce", help="the SOFT paper's tables on the embedded default, beside the "
                                                       "published cells")

@@ -16,13 +16,15 @@ from privft.audit import AuditConfig
 from privft.callbacks.audit import PrivacyAuditCallback, write_model_card_section
 from privft.callbacks.canary import CanaryCallback
 from privft.callbacks.soft import SelectiveObfuscationCallback, check_loss_source, prepare_soft
-from privft.config import SettingError, from_dict, to_dict
+from privft.config import SettingError, from_dict, require, to_dict
 from privft.data import MembershipSplit, load_corpus, load_texts
 from privft.data.canaries import CanaryPlan
 from privft.data.errors import MissingColumnError
+from privft.data.pii import PII_FORMATS, PIICanaryPlan
 from privft.defend.evidence import finding_for
 from privft.defend.rules import check_schedule, get_rule
 from privft.dp import make_private
+from privft.dp.callback import STATE_FILE as DP_STATE_FILE
 from privft.dp.engine import check_settings as check_dp_settings
 from privft.gate import GatePolicy, Verdict, check
 from privft.io import atomic_write_text
@@ -31,7 +33,7 @@ from privft.paraphrase import ParaphraseCache, Paraphraser, build_paraphraser, o
 from privft.paraphrase.obfuscate import MODES
 from privft.paraphrase.registry import PARAPHRASERS, get_paraphraser
 from privft.report import AuditReport, package_versions
-from privft.training import FinetuneSettings, build_trainer, tokenize_for_training
+from privft.training import FinetuneSettings, build_trainer, last_complete_checkpoint, tokenize_for_training
 from privft.training_record import DPRecord, SoftRecord, TrainingRecord
 
 
@@ -40,6 +42,7 @@ class DataSettings:
     """Where the texts come from and how they are split (a built-in corpus, or a file with `path`)."""
 
     corpus: str | None = "wiki"
+    corpus_options: dict[str, Any] = field(default_factory=dict)  # the corpus's own, e.g. tickets: {seed: 1}
     path: str | None = None
     text_column: str = "text"
     max_words: int | None = 60  # keep texts short enough to train on whole; None keeps all
@@ -60,6 +63,17 @@ class CanarySettings:
     secret_length: int = 6
     n_alternatives: int = 1000
     one_run: bool = False  # insert each canary with probability ½ (the rest are controls): the one-run ε audit
+    # A kind of personal data (privft.data.pii.PII_FORMATS: name, email, phone, card, account) for realistic secrets
+    # instead of digits; the digit template above then gives way to the kind's own, and alphabet/secret_length go.
+    kind: str | None = None
+
+    def __post_init__(self) -> None:
+        """Refuse an unknown PII kind now, before a split or a manifest is written."""
+        require(self.kind is None or self.kind in PII_FORMATS, "kind", self.kind,
+                f"must be one of {sorted(PII_FORMATS)}, or null for digit secrets.")
+        digits = (self.alphabet, self.secret_length) == (CanarySettings.alphabet, CanarySettings.secret_length)
+        require(self.kind is None or digits, "kind", self.kind, "is set, so the format decides the secrets: leave "
+                "alphabet and secret_length at their defaults (they apply to digit secrets only).")
 
 
 @dataclass
@@ -194,10 +208,13 @@ def load_split(settings: DataSettings) -> MembershipSplit:
     if (settings.corpus is None) == (settings.path is None):
         raise ValueError("Set exactly one of data.corpus (a built-in corpus) and data.path (a file of texts).")
     try:
-        texts = load_corpus(settings.corpus) if settings.corpus else load_texts(settings.path, settings.text_column)
+        texts = (load_corpus(settings.corpus, **settings.corpus_options) if settings.corpus
+                 else load_texts(settings.path, settings.text_column))
     except MissingColumnError as error:  # named as the config key to change
         raise error.for_option("data.text_column") from None
     source = settings.corpus or settings.path
+    if settings.corpus and settings.corpus_options:
+        source += f" ({', '.join(f'{key}={value}' for key, value in settings.corpus_options.items())})"
     if settings.max_words is not None:
         texts = [t for t in texts if len(t.split()) <= settings.max_words]
         source = f"{source} (≤ {settings.max_words} words)"
@@ -209,6 +226,11 @@ def canary_plan(settings: CanarySettings, seed: int) -> CanaryPlan | None:
     """The configured canaries (secrets drawn with the data seed), or None when none are planted."""
     if settings.n_canaries == 0:
         return None
+    if settings.kind is not None:
+        template = "" if settings.template == CanarySettings.template else settings.template  # "": the kind's own
+        return PIICanaryPlan(template=template, kind=settings.kind, n_canaries=settings.n_canaries,
+                             copies=settings.copies, n_alternatives=settings.n_alternatives, seed=seed,
+                             one_run=settings.one_run)
     return CanaryPlan(template=settings.template, alphabet=settings.alphabet, secret_length=settings.secret_length,
                       n_canaries=settings.n_canaries, copies=settings.copies,
                       n_alternatives=settings.n_alternatives, seed=seed, one_run=settings.one_run)
@@ -312,9 +334,17 @@ def run_training(config: RunConfig, *, split: MembershipSplit | None = None,
         make_private(trainer, target_epsilon=config.dp.target_epsilon, target_delta=config.dp.delta,
                      max_grad_norm=config.dp.max_grad_norm, physical_batch_size=config.dp.physical_batch_size,
                      dp_seed=config.dp.seed)
+    checkpoint = (last_complete_checkpoint(out, required=(DP_STATE_FILE,) if private else ())
+                  if config.training.save_steps else None)
+    if checkpoint:  # training.save_steps: an interrupted run with this config continues where its last save ended
+        warnings.warn(f"Resuming the run in {out} from {checkpoint}; its training time counts this part only.",
+                      stacklevel=2)
     start = time.perf_counter()
-    trainer.train()
+    trainer.train(resume_from_checkpoint=checkpoint)
     train_seconds = time.perf_counter() - start - audit_callback.seconds
+    if soft_callback:  # after a resume the Trainer holds a SOFT callback rebuilt from the checkpoint
+        soft_callback = next(cb for cb in trainer.callback_handler.callbacks
+                             if isinstance(cb, SelectiveObfuscationCallback))
     privacy = trainer.dp.summary() if private else None
     if privacy:
         atomic_write_text(out / "dp.json", json.dumps(privacy, indent=1))

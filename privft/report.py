@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from privft.attacks import SHIFT_AUC
+from privft.attacks import distribution_shift
 from privft.extraction import ExtractionReport
 from privft.io import atomic_write_bytes, atomic_write_text, remove_temp_files
 from privft.metrics import MIN_SAMPLE_PER_CLASS, AttackMetrics, TPRAtFPR
@@ -104,9 +104,9 @@ def p_value_text(p: float) -> str:
 def dataset_inference_line(entry: dict) -> str:
     """The dataset-inference p-value with both set sizes, the false-positive control beside it."""
     test, control = entry["test"], entry["control"]
-    return (f"Dataset inference (Maini et al. 2024): p {p_value_text(test['p_value'])} that the {test['n_suspect']} members "
-            f"score no higher than the {test['n_held_out']} non-members (linear model fitted on "
-            f"{test['n_suspect_fit']} + {test['n_held_out_fit']}, one-sided Welch t-test on {test['n_suspect_test']} "
+    return (f"Dataset inference (Maini et al. 2024): p {p_value_text(test['p_value'])} that the "
+            f"{test['n_suspect']} members score no higher than the {test['n_held_out']} non-members (linear model "
+            f"fitted on {test['n_suspect_fit']} + {test['n_held_out_fit']}, one-sided Welch t-test on {test['n_suspect_test']} "
             f"vs {test['n_held_out_test']}; features: {', '.join(entry['features'])}). False-positive control "
             f"(non-members, half against half, {control['n_suspect_test']} vs {control['n_held_out_test']} tested): "
             f"p {p_value_text(control['p_value'])}.")
@@ -154,10 +154,7 @@ class AuditReport:
 
         None (no verdict) below MIN_SAMPLE_PER_CLASS members or non-members: its interval cannot tell then.
         """
-        auc = self.blind_baseline.auc
-        if min(auc.n_members, auc.n_non_members) < MIN_SAMPLE_PER_CLASS:
-            return None
-        return auc.auc >= SHIFT_AUC and auc.ci_low > 0.5
+        return distribution_shift(self.blind_baseline.auc)
 
     @property
     def warnings(self) -> list[str]:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from datasets import Dataset
@@ -20,11 +22,14 @@ from transformers import (
     TrainingArguments,
     set_seed,
 )
+from transformers.trainer import TRAINER_STATE_NAME
+from transformers.trainer_utils import sort_checkpoints
 
 from privft.config import require
 from privft.scoring import start_token
 
 ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+KEPT_CHECKPOINTS = 2  # the newest checkpoint and the one before it, in case a kill interrupts the newest's save
 
 
 @dataclass
@@ -61,6 +66,7 @@ class FinetuneSettings:
     seed: int = 0
     output_dir: str = "runs/finetune"
     lora: LoraSettings | None = field(default_factory=LoraSettings)  # None: full fine-tuning
+    save_steps: int | None = None  # a checkpoint every N optimizer steps and at the end, so a rerun resumes; None: none
 
     def __post_init__(self) -> None:
         """Refuse a run that would train nothing, or that the Trainer would refuse only after files are written.
@@ -77,6 +83,8 @@ class FinetuneSettings:
                 "token of text.")
         require(0 <= self.seed < 2**32, "seed", self.seed, "must be in [0, 2**32), as numpy and torch seeds are.")
         require(bool(self.output_dir), "output_dir", self.output_dir, "must name a folder for the run.")
+        require(self.save_steps is None or self.save_steps >= 1, "save_steps", self.save_steps,
+                "must be at least 1 (optimizer steps between checkpoints), or null for no checkpoints.")
 
 
 def tokenize_for_training(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str],
@@ -93,6 +101,29 @@ def tokenize_for_training(tokenizer: PreTrainedTokenizerBase, texts: Sequence[st
     return Dataset.from_dict({"input_ids": [[start, *ids][:max_length] for ids in encoded]})
 
 
+def last_complete_checkpoint(output_dir: str | Path, required: Sequence[str] = ()) -> str | None:
+    """The newest checkpoint in `output_dir` whose save finished, or None; `required` names files it must also hold.
+
+    The Trainer writes its state (`trainer_state.json`) last, so a checkpoint whose state is missing
+    or unreadable was interrupted mid-save (a kill) and is passed over.
+    """
+    if not Path(output_dir).is_dir():
+        return None
+    complete = [folder for folder in sort_checkpoints(str(output_dir))
+                if _readable_json(Path(folder) / TRAINER_STATE_NAME)
+                and all((Path(folder) / name).is_file() for name in required)]
+    return complete[-1] if complete else None
+
+
+def _readable_json(path: Path) -> bool:
+    """Whether `path` holds a whole JSON document (a write cut short leaves a truncated one)."""
+    try:
+        json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return True
+
+
 def build_trainer(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -105,11 +136,15 @@ def build_trainer(
     """A plain Trainer on a tokenized dataset, with LoRA adapters added unless `settings.lora` is None.
 
     `max_grad_norm` is the Trainer's batch-gradient clipping; DP-LoRA (`privft.dp.make_private`) needs 0.
+    With `settings.save_steps`, the Trainer writes checkpoints (the last `KEPT_CHECKPOINTS` are kept) and
+    rebuilds privft's callbacks from them on resume (`trainer.train(resume_from_checkpoint=...)`).
     """
     settings = settings or FinetuneSettings()
     if settings.lora is not None:
         set_seed(settings.seed)  # the adapters' random init, like the data order, follows the run's seed
         model = get_peft_model(model, settings.lora.to_peft())
+    saving = (dict(save_strategy="no") if settings.save_steps is None else
+              dict(save_strategy="steps", save_steps=settings.save_steps, save_total_limit=KEPT_CHECKPOINTS))
     args = TrainingArguments(
         output_dir=settings.output_dir,
         num_train_epochs=settings.epochs,
@@ -118,7 +153,8 @@ def build_trainer(
         seed=settings.seed,
         use_cpu=not torch.cuda.is_available(),
         report_to="none",
-        save_strategy="no",
+        **saving,
+        restore_callback_states_from_checkpoint=True,  # SOFT's mask and history, the canary plan
         logging_strategy="epoch",
         lr_scheduler_type="constant",
         disable_tqdm=False,

@@ -89,3 +89,18 @@ def test_planted_pii_is_exposed_extracted_and_reported(local_texts, tokenizer, t
     assert CARD_START in card and "### Extraction" in card and f"| {plan.secrets[0]} | email | yes |" in card
     saved = json.loads((tmp_path / "privacy-audit" / "report.json").read_text())
     assert saved["extraction"]["canaries"][0]["rank"] == 1
+
+
+def test_a_run_config_plants_pii_canaries_by_kind():
+    from privft.config import SettingError
+    from privft.pipeline import CanarySettings, canary_plan
+
+    plan = canary_plan(CanarySettings(n_canaries=3, copies=2, n_alternatives=50, kind="email"), seed=1)
+    assert plan == PIICanaryPlan(kind="email", n_canaries=3, copies=2, n_alternatives=50, seed=1)
+    assert plan.template == PII_FORMATS["email"].template  # the digit default gives way to the kind's own
+    custom = canary_plan(CanarySettings(n_canaries=3, kind="phone", template="call me on {secret}"), seed=1)
+    assert custom.canary_texts()[0].startswith("call me on +1 (")
+    with pytest.raises(SettingError, match="kind='ssn' must be one of"):
+        CanarySettings(kind="ssn")
+    with pytest.raises(SettingError, match="leave alphabet and secret_length at their defaults"):
+        CanarySettings(kind="email", secret_length=8)

@@ -10,6 +10,8 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import StratifiedKFold, cross_val_predict
 from sklearn.pipeline import make_pipeline
 
+from privft.metrics import MIN_SAMPLE_PER_CLASS, AUCResult
+
 SHIFT_AUC = 0.6  # a blind AUC at or above this, with a CI excluding 0.5, means the split leaks
 
 
@@ -36,3 +38,13 @@ def blind_baseline_scores(texts: Sequence[str], y_true: np.ndarray, *, n_folds: 
         for repeat in range(n_repeats)
     ]
     return np.mean(repeats, axis=0)
+
+
+def distribution_shift(auc: AUCResult) -> bool | None:
+    """Whether the blind baseline's AUC shows the split leaks (≥ `SHIFT_AUC`, CI above 0.5); None when too small.
+
+    Below MIN_SAMPLE_PER_CLASS members or non-members the interval cannot tell, so there is no verdict.
+    """
+    if min(auc.n_members, auc.n_non_members) < MIN_SAMPLE_PER_CLASS:
+        return None
+    return auc.auc >= SHIFT_AUC and auc.ci_low > 0.5

@@ -96,8 +96,8 @@ class SelectiveObfuscationCallback(TrainerCallback, ExportableState):
     (which also lists the ``selected`` indices).
 
     Every selection runs on global rank 0 and is broadcast; sharded set-ups (FSDP, DeepSpeed
-    ZeRO-3) are refused. The mask and `history` are saved with each checkpoint
-    (``restore_callback_states_from_checkpoint=True`` rebuilds this callback; pass
+    ZeRO-3) are refused. The mask, `history` and the training passes' recorded losses are saved with
+    each checkpoint (``restore_callback_states_from_checkpoint=True`` rebuilds this callback; pass
     ``processing_class=tokenizer`` to the Trainer). Keep ``dataloader_persistent_workers=False``.
     """
 
@@ -146,6 +146,7 @@ class SelectiveObfuscationCallback(TrainerCallback, ExportableState):
         self.history: list[dict[str, Any]] = []  # one record per selection
         self.changed: np.ndarray | None = None  # per sample: its served obfuscated tokens differ from the original's
         self._training_losses: TrainingPassLosses | None = None
+        self.training_pass_losses: list[float | None] | None = None  # a checkpoint's recorded losses, until resumed
 
     def state(self) -> dict[str, Any]:
         """Options and selection state as JSON-ready data, saved by the Trainer with each checkpoint."""
@@ -163,6 +164,8 @@ class SelectiveObfuscationCallback(TrainerCallback, ExportableState):
             "attributes": {
                 "mask": None if self.mask is None else np.asarray(self.mask, dtype=bool).tolist(),
                 "history": [dict(record) for record in self.history],
+                "training_pass_losses": None if self._training_losses is None else [
+                    None if math.isnan(loss) else loss for loss in self._training_losses.losses.tolist()],
             },
         }
 
@@ -196,6 +199,8 @@ class SelectiveObfuscationCallback(TrainerCallback, ExportableState):
                 raise ValueError("loss_source='training' recognises samples by their served token ids, but the "
                                  f"served view has no 'input_ids' column ({self.view.column_names}).")
             self._training_losses = TrainingPassLosses(self.view.original["input_ids"])
+            if self.training_pass_losses is not None:  # resumed: what the interrupted run had recorded (None: NaN)
+                self._training_losses.losses[:] = np.array(self.training_pass_losses, dtype=float)
             self._training_losses.attach(model)
         self.mask = None if self.mask is None else np.asarray(self.mask, dtype=bool)
         self.view.set_mask(np.zeros(len(self.view), dtype=bool) if self.mask is None else self.mask)

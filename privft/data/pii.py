@@ -10,6 +10,7 @@ the rank of the true value among candidates of its own kind.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -53,7 +54,16 @@ def _name(rng: np.random.Generator) -> str:
 
 
 def _email(rng: np.random.Generator) -> str:
-    first, last = _name(rng).lower().split()
+    return email_for(_name(rng), rng)
+
+
+def email_for(name: str, rng: np.random.Generator) -> str:
+    """An address for `name` as the email generator writes them: first.last, two digits, a common domain.
+
+    Letters are folded to ASCII and other characters dropped, so "Zoë O'Hara-Lind" becomes zoe.oharalind.
+    """
+    first, last = (re.sub(r"[^a-z]", "", unicodedata.normalize("NFKD", part).lower()) for part in
+                   (name.split()[0], name.split()[-1]))
     return f"{first}.{last}{_digits(rng, 2)}@{EMAIL_DOMAINS[rng.integers(len(EMAIL_DOMAINS))]}"
 
 

@@ -1,18 +1,14 @@
-"""The Trainer events DP-LoRA needs: hooks on and off, per-sample gradients cleared, budget stop, state saved."""
+"""The Trainer events DP-LoRA needs: hooks on and off, per-sample gradients cleared, budget stop."""
 
 from __future__ import annotations
 
-import json
-import os
 from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from privft.dp.engine import DPLoraEngine
-from privft.io import atomic_write_text
 
-STATE_FILE = "dp_state.json"
+STATE_FILE = "dp_state.json"  # the accountant in each checkpoint, written by the DP trainer's checkpoint save
 
 
 class DPLoraCallback(TrainerCallback):
@@ -22,8 +18,10 @@ class DPLoraCallback(TrainerCallback):
     - ``on_optimizer_step``: clear ``grad_sample`` and ``summed_grad`` (the Trainer's
       ``model.zero_grad()`` leaves them, and the next step would fail);
     - ``on_step_end``: stop once the T calibrated noised steps are spent;
-    - ``on_save``: write the accountant state into the checkpoint (``dp_state.json``);
     - ``on_train_end``: remove the hooks, leaving a plain peft model to save or audit.
+
+    The accountant is saved by the DP trainer's checkpoint save itself (``dp_state.json``), not
+    here: ``on_save`` runs after the Trainer has rotated old checkpoints out.
     """
 
     def __init__(self, engine: DPLoraEngine) -> None:
@@ -46,13 +44,6 @@ class DPLoraCallback(TrainerCallback):
             control.should_training_stop = True
             return control
         return None
-
-    def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
-                **kwargs: Any) -> None:
-        """Save the accountant beside the checkpoint the Trainer just wrote."""
-        folder = os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
-        if state.is_world_process_zero and os.path.isdir(folder):
-            atomic_write_text(os.path.join(folder, STATE_FILE), json.dumps(self.engine.state_dict(), indent=1))
 
     def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                      **kwargs: Any) -> None:

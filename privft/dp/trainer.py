@@ -22,13 +22,15 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 from transformers import Trainer
-from transformers.trainer_utils import get_last_checkpoint
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from privft.dp.callback import STATE_FILE, DPLoraCallback
 from privft.dp.checks import DPConfigError, check_trainer
 from privft.dp.engine import SAMPLING, DPLoraEngine
 from privft.dp.loss import sequence_losses
 from privft.dp.sampling import is_empty, poisson_dataloader
+from privft.io import atomic_write_text
+from privft.training import last_complete_checkpoint
 
 
 class DPLoraTrainerMixin:
@@ -37,20 +39,42 @@ class DPLoraTrainerMixin:
     dp: DPLoraEngine
 
     def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any) -> Any:
-        """Train; on resume, restore the accountant from the checkpoint's `dp_state.json` or refuse."""
+        """Train; on resume, restore the accountant from the checkpoint's `dp_state.json` or refuse.
+
+        `resume_from_checkpoint=True` takes the newest complete checkpoint: one whose save finished,
+        accountant included.
+        """
         if resume_from_checkpoint is True:
-            resume_from_checkpoint = get_last_checkpoint(self.args.output_dir)
+            resume_from_checkpoint = last_complete_checkpoint(self.args.output_dir, required=(STATE_FILE,))
             if resume_from_checkpoint is None:
-                raise ValueError(f"No checkpoint found in {self.args.output_dir} to resume from.")
+                raise ValueError(f"No complete checkpoint (with {STATE_FILE}) in {self.args.output_dir} to resume "
+                                 "from.")
         self._dp_resume_state = None
         if resume_from_checkpoint:
             path = os.path.join(resume_from_checkpoint, STATE_FILE)
             if not os.path.isfile(path):
-                raise DPConfigError(f"{resume_from_checkpoint} has no {STATE_FILE}: resuming without the accountant's "
-                                    "history would under-report ε. Resume from a checkpoint of a DP-LoRA run.")
+                complete = last_complete_checkpoint(os.path.dirname(os.path.normpath(resume_from_checkpoint)),
+                                                    required=(STATE_FILE,))
+                advice = (f"the last complete checkpoint is {complete}: resume from it" if complete else
+                          "no checkpoint beside it is complete: resume from a checkpoint of a DP-LoRA run")
+                raise DPConfigError(f"{resume_from_checkpoint} has no {STATE_FILE} (not a DP-LoRA checkpoint, or its "
+                                    "save was interrupted): resuming without the accountant's history would "
+                                    f"under-report ε; {advice}.")
             with open(path, encoding="utf-8") as handle:
                 self._dp_resume_state = json.load(handle)
         return super().train(resume_from_checkpoint=resume_from_checkpoint, **kwargs)
+
+    def _save_checkpoint(self, model: nn.Module, trial: Any) -> None:
+        """Save a checkpoint with the accountant in it: `dp_state.json` first, the Trainer's files after it.
+
+        The Trainer writes its own state last, so a checkpoint that `last_complete_checkpoint` accepts
+        holds the accountant of the same step; a kill during the save leaves it incomplete.
+        """
+        if self.args.should_save:
+            folder = os.path.join(self.args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+            os.makedirs(folder, exist_ok=True)
+            atomic_write_text(os.path.join(folder, STATE_FILE), json.dumps(self.dp.state_dict(), indent=1))
+        super()._save_checkpoint(model, trial)
 
     def get_train_dataloader(self) -> DataLoader:
         """Calibrate σ for this dataset and schedule, and serve Poisson-sampled logical batches."""

@@ -20,6 +20,7 @@ import numpy as np
 from privft.config import from_dict, to_dict
 from privft.data import load_corpus, load_texts
 from privft.data.canaries import CanaryPlan
+from privft.data.pii import plan_from_dict
 from privft.data.split import text_sha256
 from privft.io import atomic_write_text
 from privft.models import DEFAULT_MODEL
@@ -75,12 +76,22 @@ def plan_sha256(directory: str | os.PathLike[str]) -> str:
 
 
 def _stored_plan(path: Path) -> dict | None:
-    """The plan record in `path` without its package versions, or None when it is not readable JSON."""
+    """The plan record in `path` without its package versions, or None when it is not readable JSON.
+
+    Its settings are read with today's defaults, so a setting added since (with its default) does not
+    make the same plan look different.
+    """
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return {k: v for k, v in record.items() if k != "versions"} if isinstance(record, dict) else None
+    if not isinstance(record, dict):
+        return None
+    try:
+        record["settings"] = to_dict(from_dict(ShadowSettings, record["settings"]))
+    except (KeyError, TypeError, ValueError):  # not a plan this version can read: it compares as different
+        pass
+    return {k: v for k, v in record.items() if k != "versions"}
 
 
 def balanced_keep(n_models: int, n_examples: int, rng: np.random.Generator) -> np.ndarray:
@@ -173,7 +184,7 @@ class ShadowPlan:
         if [text_sha256(t) for t in record["texts"]] != record["sha256"]:
             raise ValueError(f"{path}: the texts no longer match their recorded sha256; the plan was edited.")
         keep = np.array([[c == "1" for c in row] for row in record["keep"]], dtype=bool)
-        canaries = CanaryPlan.from_dict(record["canaries"]) if record["canaries"] else None
+        canaries = plan_from_dict(record["canaries"]) if record["canaries"] else None  # a digit or a PII plan
         return cls(from_dict(ShadowSettings, record["settings"]), record["texts"], record["kinds"], keep, canaries)
 
     def _check_index(self, index: int) -> None:
