@@ -105,11 +105,11 @@ def dataset_inference_line(entry: dict) -> str:
     """The dataset-inference p-value with both set sizes, the false-positive control beside it."""
     test, control = entry["test"], entry["control"]
     return (f"Dataset inference (Maini et al. 2024): p {p_value_text(test['p_value'])} that the "
-            f"{test['n_suspect']} members score no higher than the {test['n_held_out']} non-members (linear model "
-            f"fitted on {test['n_suspect_fit']} + {test['n_held_out_fit']}, one-sided Welch t-test on {test['n_suspect_test']} "
-            f"vs {test['n_held_out_test']}; features: {', '.join(entry['features'])}). False-positive control "
-            f"(non-members, half against half, {control['n_suspect_test']} vs {control['n_held_out_test']} tested): "
-            f"p {p_value_text(control['p_value'])}.")
+            f"{test['n_suspect']} members score no higher than the {test['n_held_out']} non-members "
+            f"(linear model fitted on {test['n_suspect_fit']} + {test['n_held_out_fit']}, one-sided Welch t-test "
+            f"on {test['n_suspect_test']} vs {test['n_held_out_test']}; features: {', '.join(entry['features'])}). "
+            f"False-positive control (non-members, half against half, {control['n_suspect_test']} vs "
+            f"{control['n_held_out_test']} tested): p {p_value_text(control['p_value'])}.")
 
 
 def beyond_membership_warnings(report: AuditReport) -> list[str]:
