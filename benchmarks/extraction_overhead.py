@@ -41,7 +41,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="24 members and 24 non-members (a few minutes)")
     parser.add_argument("--model", default="smollm2-135m", help="'smollm2-135m' (the target's model) or 'tiny'")
-    parser.add_argument("--repeats", type=int, default=None, help="timings of each audit (default 2)")
+    parser.add_argument("--repeats", type=int, default=None, help="timings of each audit (default 3)")
     args = parser.parse_args()
     torch.manual_seed(0)
     texts = load_corpus("wiki", limit=3000)
@@ -54,7 +54,7 @@ def main() -> None:
     usable = [text for text, ids in zip(texts, lengths) if len(ids) >= MIN_TOKENS]
     n = 24 if args.quick else 100
     split = MembershipSplit.random(usable, n_members=n, n_non_members=n, n_validation=0, seed=0, source="wiki")
-    repeats = args.repeats or 2
+    repeats = args.repeats or 3
     audit_seconds(model, tokenizer, split, None)  # warm-up: first calls allocate and compile
     plain, extracted = [], []
     for _ in range(repeats):
