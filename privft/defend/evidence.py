@@ -33,6 +33,15 @@ FINDINGS = (
             "FPR ≤ 0.1 % 435/500 → 3/500 against plain LoRA r=16, but validation perplexity 31.08 against 23.41 "
             "before fine-tuning and 15.96 for plain LoRA (500 members vs 2,000 non-members)",
             "docs/results/soft-study.md (privft compare experiments/soft-study.yaml)"),
+    Finding("all-after-warmup", "rewrite-only", "neighbour", 1.0, 0.5,
+            "protects but costs more utility than fine-tuning gains: strongest-attack AUC 0.998 → 0.674 and TPR at "
+            "FPR ≤ 0.1 % 435/500 → 0/500 against plain LoRA r=16, but validation perplexity 57.98 against 23.41 "
+            "before fine-tuning and 15.96 for plain LoRA (500 members vs 2,000 non-members)",
+            "docs/results/soft-study.md (privft compare experiments/soft-study.yaml)"),
+    Finding("all", "rewrite-only", "neighbour", 1.0, 0.5,
+            "protects only by not learning: strongest-attack AUC 0.527 and TPR at FPR ≤ 0.1 % 0/500, at validation "
+            "perplexity 73.52 against 23.41 before fine-tuning (500 members vs 2,000 non-members)",
+            "docs/results/soft-study.md (privft compare experiments/soft-study.yaml)"),
 )
 
 NEIGHBOUR_DEFAULT_FRACTION = 0.15  # NeighbourParaphraser's own default
