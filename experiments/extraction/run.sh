@@ -16,3 +16,4 @@ for cell in lora-r-16 soft-paper-r-16; do
     --cache-dir runs/scale/stats-cache --extraction --extraction-max-texts 200 --dataset-inference --out "$out"
 done
 [ -f runs/extraction/dp-one-run/report.json ] || "$PRIVFT" train experiments/extraction/dp-one-run.yaml
+[ -f runs/extraction/dp-one-run-single/report.json ] || "$PRIVFT" train experiments/extraction/dp-one-run-single.yaml
