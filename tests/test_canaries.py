@@ -7,7 +7,6 @@ import math
 
 import numpy as np
 import pytest
-import torch
 from transformers import DataCollatorForLanguageModeling, Trainer, TrainingArguments
 
 from privft.attacks.exposure import (
@@ -23,15 +22,6 @@ from privft.callbacks import CanaryCallback, PrivacyAuditCallback, measure_expos
 from privft.data import MembershipSplit
 from privft.data.canaries import CanaryError, CanaryPlan
 from privft.training import FinetuneSettings, finetune, tokenize_for_training
-
-
-@pytest.fixture()
-def one_thread():
-    """Run torch on one thread: on a shared two-core machine, two threads make tiny steps ~30x slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def test_secrets_are_seeded_distinct_and_well_formed():
