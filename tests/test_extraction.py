@@ -22,13 +22,7 @@ from privft.training import FinetuneSettings, finetune
 SHORT = dict(prefix_lengths=(16, 24), suffix_length=16, greedy_prefix_length=16)  # texts here are ~60 tokens
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One torch thread: on a shared two-core machine, two make tiny steps much slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest's: tiny steps are much slower on two threads
 
 
 @pytest.fixture(scope="module")
@@ -40,10 +34,14 @@ def split(local_texts) -> MembershipSplit:
 @pytest.fixture(scope="module")
 def memorised(tokenizer, split, tmp_path_factory):
     """A tiny Llama fully fine-tuned until it reproduces its 16 members."""
-    torch.set_num_threads(1)
     settings = FinetuneSettings(lora=None, epochs=40, learning_rate=3e-3, batch_size=4, max_length=128,
                                 output_dir=str(tmp_path_factory.mktemp("trainer")))
-    return finetune(build_tiny_llama(tokenizer), tokenizer, split.members, settings)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # module-scoped, so not conftest's function-scoped one_thread; restored after
+    try:
+        return finetune(build_tiny_llama(tokenizer), tokenizer, split.members, settings)
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _stats(logprobs: list[float]) -> TokenStats:

@@ -6,7 +6,6 @@ import json
 import re
 
 import pytest
-import torch
 
 from privft.audit import AuditConfig
 from privft.callbacks import CanaryCallback, PrivacyAuditCallback
@@ -58,8 +57,7 @@ def test_bad_pii_plans_are_refused_with_the_fix(settings, message):
         PIICanaryPlan(**settings)
 
 
-def test_planted_pii_is_exposed_extracted_and_reported(local_texts, tokenizer, tiny_model, tmp_path):
-    torch.set_num_threads(1)
+def test_planted_pii_is_exposed_extracted_and_reported(local_texts, tokenizer, tiny_model, tmp_path, one_thread):
     texts = [t[:200] for t in local_texts if len(t) >= 200]
     split = MembershipSplit.random(texts, n_members=16, n_non_members=16, n_validation=0, seed=2, source="pydoc")
     plan = PIICanaryPlan(kind="email", n_canaries=2, copies=8, n_alternatives=100, seed=0)
