@@ -1,19 +1,18 @@
 #!/usr/bin/env bash
-# Every cell of the scale split, one heavy job at a time: the SOFT study, then the rest of the comparison,
-# then the full scale-cell benchmark (it would slow the cells several-fold if run beside them).
+# Every cell of the scale split, one heavy job at a time: the SOFT study with its LLM arm, then the rest of the
+# comparison, then the full scale-cell benchmark (it would slow the cells several-fold if run beside them).
 # Resumable: a rerun skips finished cells (runs/scale/cells/*/cell.json) and reuses the shared statistics cache.
 # The cells that answer the open questions run first (--cell); the order changes no number.
-# The LLM arm (experiments/soft-study-llm.yaml) is not included: hours of paraphrasing on 2 CPU cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PRIVFT=${PRIVFT:-.venv/bin/privft}
 study=experiments/soft-study.yaml
 scale=experiments/compare-scale.yaml
-"$PRIVFT" compare "$study" --cell "SOFT all-after-warmup (r=16)"                  # selectivity, against `all`
 "$PRIVFT" compare "$study" --cell "SOFT release, half the words swapped"          # paraphraser strength
 "$PRIVFT" compare "$study" --cell "SOFT release, prefix kept + rewritten suffix"  # format: the kept prefix
-"$PRIVFT" compare "$scale" --cell "DP-LoRA ε=8 (r=16)"                            # DP beside SOFT
 "$PRIVFT" compare "$study"                                                        # the rest of the study
+"$PRIVFT" compare experiments/soft-study-llm.yaml                                 # the LLM arm (~3.5 s a rewrite on a quiet machine)
+"$PRIVFT" compare "$scale" --cell "DP-LoRA ε=8 (r=16)"                            # DP beside SOFT
 "$PRIVFT" compare "$scale" --cell "full fine-tuning"                              # Table 1's FT column
 "$PRIVFT" compare "$scale"                                                        # the rest of the grid
 [ -f runs/scale/scale_cell.log ] || .venv/bin/python benchmarks/scale_cell.py > runs/scale/scale_cell.log 2>&1

@@ -286,6 +286,25 @@ def test_llm_rewrite_is_seeded_and_leaves_the_global_rng_alone(tiny_model, chat_
     assert json.dumps(paraphraser.settings())
 
 
+@pytest.mark.parametrize("max_new_tokens", [6, None])  # None: each text its own budget, 2 × its tokens + 32
+def test_llm_rewrites_a_batch_as_it_rewrites_each_text(tiny_model, chat_tokenizer, max_new_tokens):
+    paraphraser = LLMParaphraser(tiny_model, chat_tokenizer, max_new_tokens=max_new_tokens, batch_size=3)
+    texts = ["The cat sat on the mat.", "A dog.", "Rivers run to the sea under a grey sky, slowly, every day.", "Hi"]
+    seeds = [5, 6, 7, 8]
+    batched = paraphraser.rewrite_many(texts, seeds=seeds)
+    assert batched == [paraphraser.rewrite(text, seed=seed) for text, seed in zip(texts, seeds)]
+    assert len(set(paraphraser.rewrite_many([texts[2]] * 3, seeds=[1, 2, 3]))) > 1  # each row follows its own seed
+    with pytest.raises(ValueError, match="4 texts but 1 seeds"):
+        paraphraser.rewrite_many(texts, seeds=[0])
+
+
+def test_obfuscate_batches_a_paraphraser_without_changing_its_rewrites(tiny_model, chat_tokenizer):
+    texts = ["The cat sat on the mat by the door.", "Rivers run to the sea under a grey sky.", "...", "A dog ran."]
+    one = obfuscate(texts, LLMParaphraser(tiny_model, chat_tokenizer, max_new_tokens=8, batch_size=1), retries=1)
+    many = obfuscate(texts, LLMParaphraser(tiny_model, chat_tokenizer, max_new_tokens=8, batch_size=4), retries=1)
+    assert many == one and one[2].attempts == 0 and one[2].fallback
+
+
 def test_llm_settings_follow_the_chat_template_generation_config_and_device(tiny_model, chat_tokenizer):
     paraphraser = LLMParaphraser(tiny_model, chat_tokenizer, max_new_tokens=8)
     keys = [ParaphraseCache.key(settings=paraphraser.settings())]

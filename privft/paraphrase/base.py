@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -15,14 +16,20 @@ class Paraphraser(ABC):
 
     `needs_model` says whether it is built on a language model: then its constructor takes
     `(model, tokenizer, **options)` and `build_paraphraser` loads the configured model first.
+    `batch_size` is how many texts `obfuscate` hands to one `rewrite_many` call.
     """
 
     name: ClassVar[str]
     needs_model: ClassVar[bool] = False
+    batch_size: int = 1
 
     @abstractmethod
     def rewrite(self, text: str, *, seed: int) -> str:
         """Return a rewrite of the whole of `text`; the same text and seed give the same rewrite."""
+
+    def rewrite_many(self, texts: Sequence[str], *, seeds: Sequence[int]) -> list[str]:
+        """The rewrite of each text with its own seed, as `rewrite` gives it; a paraphraser may batch them."""
+        return [self.rewrite(text, seed=seed) for text, seed in zip(texts, seeds, strict=True)]
 
     @abstractmethod
     def settings(self) -> dict[str, Any]:

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping, Sequence
 from functools import cached_property
 from typing import Any
 
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import LogitsProcessor, LogitsProcessorList, PreTrainedModel, PreTrainedTokenizerBase
 
 from privft.models import DEFAULT_MODEL, load_model
 from privft.paraphrase.base import Paraphraser, model_identity
 from privft.paraphrase.registry import register_paraphraser
+from privft.scoring import start_token
 
 SYSTEM_PROMPT = "You are a helpful text rewriting assistant."
 INSTRUCTIONS = {
@@ -89,15 +91,40 @@ def _without_meta(text: str) -> str:
     return "\n\n".join(paragraphs).strip()
 
 
+class RowSeededSampler(LogitsProcessor):
+    """Sample each row's next token with its own seeded generator (temperature, then top-p), for greedy decoding.
+
+    It returns logits that are -inf except at the sampled token, so `generate(do_sample=False)`
+    takes that token. A row's draws come from its generator alone: its rewrite does not depend on
+    the other rows of the batch, nor on the global RNG.
+    """
+
+    def __init__(self, seeds: Sequence[int], *, temperature: float, top_p: float, device: torch.device) -> None:
+        self.temperature, self.top_p = temperature, top_p
+        self.generators = [torch.Generator(device=device).manual_seed(seed) for seed in seeds]
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        """Logits that are 0 at each row's sampled token and -inf elsewhere."""
+        probs = torch.softmax(scores.float() / self.temperature, dim=-1)
+        if self.top_p < 1:  # the nucleus: the most likely tokens until their mass reaches top_p
+            ranked, order = probs.sort(dim=-1, descending=True)
+            ranked[ranked.cumsum(dim=-1) - ranked >= self.top_p] = 0.0
+            probs = torch.zeros_like(probs).scatter_(-1, order, ranked)
+        chosen = torch.cat([torch.multinomial(row, 1, generator=generator)
+                            for row, generator in zip(probs, self.generators, strict=True)])
+        return torch.full_like(scores, float("-inf")).scatter_(-1, chosen[:, None], 0.0)
+
+
 @register_paraphraser
 class LLMParaphraser(Paraphraser):
-    """Rewrite text or code with a local instruct model, prompted as in the SOFT paper; seeded sampling."""
+    """Rewrite text or code with a local instruct model, prompted as in the SOFT paper; seeded sampling, batched."""
 
     name = "llm"
     needs_model = True
 
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, *, domain: str = "text",
-                 max_new_tokens: int | None = None, temperature: float = 0.7, top_p: float = 0.9) -> None:
+                 max_new_tokens: int | None = None, temperature: float = 0.7, top_p: float = 0.9,
+                 batch_size: int = 16) -> None:
         _check_domain(domain)
         if not tokenizer.chat_template:
             raise ValueError(f"The tokenizer {tokenizer.name_or_path!r} has no chat template; LLMParaphraser needs an"
@@ -108,7 +135,9 @@ class LLMParaphraser(Paraphraser):
             raise ValueError(f"temperature={temperature} must be >= 0 (0 decodes greedily).")
         if not 0 < top_p <= 1:
             raise ValueError(f"top_p={top_p} must be in (0, 1].")
-        self.model, self.tokenizer, self.domain = model, tokenizer, domain
+        if batch_size < 1:
+            raise ValueError(f"batch_size={batch_size} must be >= 1: the texts generated together.")
+        self.model, self.tokenizer, self.domain, self.batch_size = model, tokenizer, domain, batch_size
         self.max_new_tokens, self.temperature, self.top_p = max_new_tokens, temperature, top_p
 
     @classmethod
@@ -121,34 +150,62 @@ class LLMParaphraser(Paraphraser):
         return model_identity(self.model, self.tokenizer)
 
     def settings(self) -> dict[str, Any]:
-        """Domain, prompt, chat template, sampling and generation settings, device, and the model and tokenizer."""
+        """Domain, prompt, chat template, sampling and generation settings, device, and the model and tokenizer.
+
+        `batch_size` is not among them: rows are sampled apart, so it changes no rewrite beyond float rounding.
+        """
         generation = self.model.generation_config.to_json_string(use_diff=True, ignore_metadata=True)
         return {
             "domain": self.domain, "messages": build_messages("{text}", self.domain),
             "chat_template": self.tokenizer.chat_template, "max_new_tokens": self.max_new_tokens,
-            "temperature": self.temperature, "top_p": self.top_p, "generation_config": json.loads(generation),
-            "device": self.model.device.type, **self._identity,
+            "temperature": self.temperature, "top_p": self.top_p, "sampler": RowSeededSampler.__name__,
+            "generation_config": json.loads(generation), "device": self.model.device.type, **self._identity,
         }
 
     def rewrite(self, text: str, *, seed: int) -> str:
         """The model's rewrite of `text`, cleaned of meta-text; sampling is seeded and leaves the global RNG alone."""
-        inputs = self.tokenizer.apply_chat_template(
-            build_messages(text, self.domain), add_generation_prompt=True, return_dict=True, return_tensors="pt"
-        ).to(self.model.device)
-        prompt_length = inputs["input_ids"].shape[1]
-        budget = self._new_token_budget(text, prompt_length)
-        if self.temperature:
-            sampling = {"do_sample": True, "temperature": self.temperature, "top_p": self.top_p}
-        else:
-            sampling = {"do_sample": False}
+        return self.rewrite_many([text], seeds=[seed])[0]
+
+    def rewrite_many(self, texts: Sequence[str], *, seeds: Sequence[int]) -> list[str]:
+        """Each text's rewrite with its seed, as `rewrite` gives it, generated `batch_size` prompts at a time.
+
+        Texts of similar length share a batch, so little of it is padding.
+        """
+        if len(texts) != len(seeds):
+            raise ValueError(f"{len(texts)} texts but {len(seeds)} seeds; give one seed per text.")
+        rewrites = [""] * len(texts)
+        by_length = sorted(range(len(texts)), key=lambda index: len(texts[index]))
+        for start in range(0, len(by_length), self.batch_size):
+            rows = by_length[start:start + self.batch_size]
+            for index, rewrite in zip(rows, self._generate([texts[i] for i in rows], [seeds[i] for i in rows])):
+                rewrites[index] = rewrite
+        return rewrites
+
+    def _generate(self, texts: list[str], seeds: list[int]) -> list[str]:
+        """One batch: left-padded chat prompts, generated together, each row cut at its own budget and end token."""
+        prompts = [self.tokenizer.apply_chat_template(build_messages(text, self.domain), add_generation_prompt=True)
+                   for text in texts]
+        prompts = [prompt["input_ids"] if isinstance(prompt, Mapping) else prompt for prompt in prompts]
+        budgets = [self._new_token_budget(text, len(prompt)) for text, prompt in zip(texts, prompts)]
+        width = max(map(len, prompts))
+        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else start_token(self.tokenizer)
         device = self.model.device
-        with torch.random.fork_rng(devices=[] if device.type == "cpu" else None, device_type=device.type):
-            torch.manual_seed(seed)
-            with torch.inference_mode():
-                output = self.model.generate(
-                    **inputs, max_new_tokens=budget, pad_token_id=self.tokenizer.pad_token_id, **sampling
-                )
-        return clean_reply(self.tokenizer.decode(output[0, prompt_length:], skip_special_tokens=True), self.domain)
+        input_ids = torch.tensor([[pad_id] * (width - len(p)) + list(p) for p in prompts], device=device)
+        attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
+        processors = LogitsProcessorList(
+            [RowSeededSampler(seeds, temperature=self.temperature, top_p=self.top_p, device=device)]
+            if self.temperature else [])
+        with torch.inference_mode():
+            output = self.model.generate(input_ids=input_ids, attention_mask=attention_mask, do_sample=False,
+                                         max_new_tokens=max(budgets), pad_token_id=pad_id,
+                                         logits_processor=processors)
+        ends = {*_token_ids(self.model.generation_config.eos_token_id), *_token_ids(self.tokenizer.eos_token_id)}
+        replies = []
+        for row, budget in zip(output[:, width:].tolist(), budgets):
+            row = row[:budget]
+            stop = next((at for at, token in enumerate(row) if token in ends), len(row))
+            replies.append(clean_reply(self.tokenizer.decode(row[:stop], skip_special_tokens=True), self.domain))
+        return replies
 
     def _new_token_budget(self, text: str, prompt_length: int) -> int:
         """`max_new_tokens` (default: twice the text's tokens + 32), within what the model's context leaves."""
@@ -161,3 +218,8 @@ class LLMParaphraser(Paraphraser):
             raise ValueError(f"The prompt for a text of {len(text)} characters is {prompt_length} tokens, which fills"
                              f" the model's context of {context}; split the text or use a longer-context model.")
         return min(wanted, context - prompt_length)
+
+
+def _token_ids(ids: int | list[int] | None) -> list[int]:
+    """A generation config's end-token id(s) as a list."""
+    return [] if ids is None else [ids] if isinstance(ids, int) else list(ids)

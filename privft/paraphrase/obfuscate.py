@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 
 from tqdm.auto import tqdm
@@ -82,28 +82,29 @@ def obfuscate(
         raise ValueError(f"max_length_ratio={max_length_ratio} must be >= 1 (2 accepts rewrites of 0.5x to 2x).")
     if retries < 0:
         raise ValueError(f"retries={retries} must be >= 0.")
-    settings = paraphraser.settings() if cache is not None else None  # may hash model weights: only when needed
-    results = []
-    for index, text in enumerate(tqdm(list(texts), desc=f"paraphrasing ({paraphraser.name})", leave=False)):
+    texts = list(texts)
+    for index, text in enumerate(texts):
         if not isinstance(text, str):
             raise TypeError(f"Text {index} is a {type(text).__name__}, not a str; pass the texts as strings.")
-        key = record = None
+    settings = paraphraser.settings() if cache is not None else None  # may hash model weights: only when needed
+    keys = [ParaphraseCache.key(
+        paraphraser=paraphraser.name, settings=settings, prefix_keep_ratio=prefix_keep_ratio, seed=seed,
+        min_similarity=min_similarity, max_length_ratio=max_length_ratio, retries=retries, text=text,
+    ) if cache is not None else None for text in texts]
+    records = [cache.get(key) if cache is not None else None for key in keys]
+    misses = [index for index, record in enumerate(records) if record is None]
+    fresh = _obfuscate_all(
+        misses, [texts[index] for index in misses], paraphraser, prefix_keep_ratio=prefix_keep_ratio, seed=seed,
+        min_similarity=min_similarity, max_length_ratio=max_length_ratio, retries=retries,
+    )
+    for row, result in fresh:  # cached as each one lands, so an interrupted run keeps its rewrites
+        index = misses[row]
+        records[index] = asdict(result)
         if cache is not None:
-            key = ParaphraseCache.key(
-                paraphraser=paraphraser.name, settings=settings, prefix_keep_ratio=prefix_keep_ratio,
-                seed=seed, min_similarity=min_similarity, max_length_ratio=max_length_ratio, retries=retries,
-                text=text,
-            )
-            record = cache.get(key)
-        if record is not None:
-            result = ObfuscationResult(**record)
-        else:
-            result = _obfuscate_one(
-                index, text, paraphraser, prefix_keep_ratio=prefix_keep_ratio, seed=seed,
-                min_similarity=min_similarity, max_length_ratio=max_length_ratio, retries=retries,
-            )
-            if cache is not None:
-                cache.put(key, asdict(result))
+            cache.put(keys[index], records[index])
+    results = []
+    for index, (text, record) in enumerate(zip(texts, records)):
+        result = ObfuscationResult(**record)
         if mode == "rewrite-only":
             result = _without_prefix(result, split_prefix(text, prefix_keep_ratio)[0])
         if result.fallback:  # on cache hits too: a fallback is never silent
@@ -117,31 +118,56 @@ def _without_prefix(result: ObfuscationResult, prefix: str) -> ObfuscationResult
     return dataclasses.replace(result, text=result.text[len(prefix):])
 
 
-def _obfuscate_one(
-    index: int, text: str, paraphraser: Paraphraser, *, prefix_keep_ratio: float, seed: int,
+def _obfuscate_all(
+    indices: list[int], texts: list[str], paraphraser: Paraphraser, *, prefix_keep_ratio: float, seed: int,
     min_similarity: float, max_length_ratio: float, retries: int,
-) -> ObfuscationResult:
-    """Rewrite one text's suffix with seeds seed, seed + 1, ... until a rewrite passes the filter; the kept prefix
-    leads the result."""
-    prefix, suffix = split_prefix(text, prefix_keep_ratio)
-    head = prefix
-    if not words(suffix):
-        reason = "nothing to rewrite (the text has no words after the kept prefix); kept the text as is"
-        return ObfuscationResult(head + suffix.strip(), text, 0, True, reason)
-    rejections, usable = [], None
+) -> Iterator[tuple[int, ObfuscationResult]]:
+    """Rewrite each text's suffix with seeds seed, seed + 1, ... until a rewrite passes the filter, the kept prefix
+    leading the result; each try is one `rewrite_many` call per `paraphraser.batch_size` texts still pending.
+
+    Yields (position in `texts`, result) as each text is done; `indices` name the texts in log messages.
+    """
+    splits = [split_prefix(text, prefix_keep_ratio) for text in texts]
+    rejections: dict[int, list[str]] = {row: [] for row in range(len(texts))}
+    usable: dict[int, str] = {}
+    pending = []
+    for row, (prefix, suffix) in enumerate(splits):
+        if words(suffix):
+            pending.append(row)
+        else:
+            reason = "nothing to rewrite (the text has no words after the kept prefix); kept the text as is"
+            yield row, ObfuscationResult(prefix + suffix.strip(), texts[row], 0, True, reason)
+    progress = tqdm(total=len(pending), desc=f"paraphrasing ({paraphraser.name})", leave=False)
     for attempt in range(retries + 1):
-        candidate = paraphraser.rewrite(suffix, seed=seed + attempt).strip()
-        problem = rejection_reason(suffix, candidate, min_similarity=min_similarity, max_length_ratio=max_length_ratio)
-        if problem is None:
-            reason = "; ".join(rejections) or None
-            return ObfuscationResult(head + candidate, text, attempt + 1, False, reason)
-        logger.debug("Text %d, seed %d: rewrite rejected: %s", index, seed + attempt, problem)
-        rejections.append(f"seed {seed + attempt}: {problem}")
-        if candidate and words(candidate) != words(suffix):
-            usable = candidate
-    kept = "the last non-empty changed candidate" if usable is not None else "the original text"
-    reason = f"all {retries + 1} rewrites rejected ({'; '.join(rejections)}); kept {kept}"
-    return ObfuscationResult(head + (usable if usable is not None else suffix.strip()), text, retries + 1, True, reason)
+        rejected = []
+        for start in range(0, len(pending), paraphraser.batch_size):
+            chunk = pending[start:start + paraphraser.batch_size]
+            suffixes = [splits[row][1] for row in chunk]
+            candidates = paraphraser.rewrite_many(suffixes, seeds=[seed + attempt] * len(chunk))
+            for row, candidate in zip(chunk, candidates):
+                prefix, suffix = splits[row]
+                candidate = candidate.strip()
+                problem = rejection_reason(suffix, candidate, min_similarity=min_similarity,
+                                           max_length_ratio=max_length_ratio)
+                if problem is None:
+                    reason = "; ".join(rejections[row]) or None
+                    progress.update()
+                    yield row, ObfuscationResult(prefix + candidate, texts[row], attempt + 1, False, reason)
+                    continue
+                logger.debug("Text %d, seed %d: rewrite rejected: %s", indices[row], seed + attempt, problem)
+                rejections[row].append(f"seed {seed + attempt}: {problem}")
+                if candidate and words(candidate) != words(suffix):
+                    usable[row] = candidate
+                rejected.append(row)
+        pending = rejected
+    for row in pending:
+        prefix, suffix = splits[row]
+        kept = "the last non-empty changed candidate" if row in usable else "the original text"
+        reason = f"all {retries + 1} rewrites rejected ({'; '.join(rejections[row])}); kept {kept}"
+        text = prefix + usable.get(row, suffix.strip())
+        progress.update()
+        yield row, ObfuscationResult(text, texts[row], retries + 1, True, reason)
+    progress.close()
 
 
 def _check_ratio(prefix_keep_ratio: float) -> None:
