@@ -11,8 +11,8 @@ scale=experiments/compare-scale.yaml
 "$PRIVFT" compare "$study" --cell "SOFT release, half the words swapped"          # paraphraser strength
 "$PRIVFT" compare "$study" --cell "SOFT release, prefix kept + rewritten suffix"  # format: the kept prefix
 "$PRIVFT" compare "$study"                                                        # the rest of the study
-"$PRIVFT" compare experiments/soft-study-llm.yaml                                 # the LLM arm (~3.5 s a rewrite on a quiet machine)
 "$PRIVFT" compare "$scale" --cell "DP-LoRA ε=8 (r=16)"                            # DP beside SOFT
+"$PRIVFT" compare experiments/soft-study-llm.yaml                                 # the LLM arm (~4 s a rewrite)
 "$PRIVFT" compare "$scale" --cell "full fine-tuning"                              # Table 1's FT column
 "$PRIVFT" compare "$scale"                                                        # the rest of the grid
 [ -f runs/scale/scale_cell.log ] || .venv/bin/python benchmarks/scale_cell.py > runs/scale/scale_cell.log 2>&1

@@ -17,7 +17,8 @@ pytestmark = pytest.mark.slow
 
 def test_every_benchmark_is_found():
     assert {path.stem for path in BENCHMARKS} >= {"scoring", "scoring_memory", "soft_overhead", "dp_overhead",
-                                                   "lira_fit", "scale_cell", "extraction_overhead"}
+                                                   "lira_fit", "scale_cell", "extraction_overhead",
+                                                   "paraphrase_batch"}
 
 
 @pytest.mark.parametrize("script", BENCHMARKS, ids=lambda path: path.stem)
