@@ -356,7 +356,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                       "published cells")
     reproduce.add_argument("table", choices=("table1", "tpr", "perplexity", "dp", "adaptive"))
     reproduce.add_argument("--scale", default="quick", choices=("quick", "paper"),
-                           help="quick: 2 domains on 2 CPU cores in ~30 min; paper: the paper's sizes, for a GPU")
+                           help="quick: 2 domains on 2 CPU cores in ~40 min; paper: the paper's sizes, for a GPU")
     reproduce.add_argument("--domains", help="comma-separated paper datasets (default: the scale's), e.g. Wiki,GitHub")
     reproduce.add_argument("--out", default="runs/paper", help="cells are kept here and reused (resumable)")
     reproduce.add_argument("--from-compare", metavar="CONFIG",
