@@ -1,0 +1,30 @@
+"""The scripts that print documented tables run on the files privft writes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPTS = Path(__file__).parent.parent / "scripts"
+
+
+def _run_with_selections(folder: Path, loss_source: str, selected: list[list[int]]) -> Path:
+    folder.mkdir()
+    records = [{"epoch": epoch, "loss_source": loss_source, "n_total": 6, "selected": picked}
+               for epoch, picked in enumerate(selected, start=1)]
+    (folder / "soft_selections.json").write_text(json.dumps(records))
+    return folder
+
+
+def test_selection_overlap_prints_the_jaccard_of_each_selection(tmp_path):
+    eval_run = _run_with_selections(tmp_path / "eval", "eval", [[0, 1, 2, 3], [0, 1, 2, 3, 4]])
+    training_run = _run_with_selections(tmp_path / "training", "training", [[2, 3, 4], [0, 1, 2, 3, 4]])
+    run = subprocess.run([sys.executable, str(SCRIPTS / "selection_overlap.py"), str(eval_run), str(training_run)],
+                         capture_output=True, text=True, check=True)
+    rows = run.stdout.strip().splitlines()
+    assert rows[2] == "| 1 | 4/6 | 3/6 | 2 | 0.40 |" and rows[3] == "| 2 | 5/6 | 5/6 | 5 | 1.00 |"
+    missing = subprocess.run([sys.executable, str(SCRIPTS / "selection_overlap.py"), str(tmp_path), str(eval_run)],
+                             capture_output=True, text=True)
+    assert missing.returncode != 0 and "soft_selections.json does not exist" in missing.stderr
