@@ -17,10 +17,10 @@ from privft.callbacks.audit import PrivacyAuditCallback, write_model_card_sectio
 from privft.callbacks.canary import CanaryCallback
 from privft.callbacks.soft import SelectiveObfuscationCallback, check_loss_source, prepare_soft
 from privft.config import SettingError, from_dict, require, to_dict
-from privft.data import MembershipSplit, load_corpus, load_texts
+from privft.data import MembershipSplit
 from privft.data.canaries import CanaryPlan
-from privft.data.errors import MissingColumnError
 from privft.data.pii import PII_FORMATS, PIICanaryPlan
+from privft.data.sources import load_source
 from privft.defend.evidence import finding_for
 from privft.defend.rules import check_schedule, get_rule
 from privft.dp import make_private
@@ -54,15 +54,15 @@ class DataSettings:
 
 @dataclass
 class CanarySettings:
-    """Canaries planted in the training data (none when n_canaries is 0)."""
+    """Canaries planted in the training data (none when n_canaries is 0); `CanaryPlan`'s settings and defaults."""
 
     n_canaries: int = 0
-    copies: int = 5
-    template: str = "the access code is {secret}"
-    alphabet: str = "0123456789"
-    secret_length: int = 6
-    n_alternatives: int = 1000
-    one_run: bool = False  # insert each canary with probability ½ (the rest are controls): the one-run ε audit
+    copies: int = CanaryPlan.copies  # the plan's own defaults: one definition of each
+    template: str = CanaryPlan.template
+    alphabet: str = CanaryPlan.alphabet
+    secret_length: int = CanaryPlan.secret_length
+    n_alternatives: int = CanaryPlan.n_alternatives
+    one_run: bool = CanaryPlan.one_run  # insert each canary with probability ½ (the rest are controls): one-run ε
     # A kind of personal data (privft.data.pii.PII_FORMATS: name, email, phone, card, account) for realistic secrets
     # instead of digits; the digit template above then gives way to the kind's own, and alphabet/secret_length go.
     kind: str | None = None
@@ -205,19 +205,8 @@ def training_record(config: RunConfig, n_texts: int, soft: SelectiveObfuscationC
 
 def load_split(settings: DataSettings) -> MembershipSplit:
     """The seeded membership split of the configured texts."""
-    if (settings.corpus is None) == (settings.path is None):
-        raise ValueError("Set exactly one of data.corpus (a built-in corpus) and data.path (a file of texts).")
-    try:
-        texts = (load_corpus(settings.corpus, **settings.corpus_options) if settings.corpus
-                 else load_texts(settings.path, settings.text_column))
-    except MissingColumnError as error:  # named as the config key to change
-        raise error.for_option("data.text_column") from None
-    source = settings.corpus or settings.path
-    if settings.corpus and settings.corpus_options:
-        source += f" ({', '.join(f'{key}={value}' for key, value in settings.corpus_options.items())})"
-    if settings.max_words is not None:
-        texts = [t for t in texts if len(t.split()) <= settings.max_words]
-        source = f"{source} (≤ {settings.max_words} words)"
+    texts, source = load_source(corpus=settings.corpus, path=settings.path, text_column=settings.text_column,
+                                max_words=settings.max_words, corpus_options=settings.corpus_options)
     return MembershipSplit.random(texts, n_members=settings.n_members, n_non_members=settings.n_non_members,
                                   n_validation=settings.n_validation, seed=settings.seed, source=source)
 

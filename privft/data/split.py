@@ -39,6 +39,14 @@ def text_identity(text: str) -> str:
     return " ".join(unicodedata.normalize("NFC", text).split())
 
 
+def distinct_texts(texts: Sequence[str]) -> list[str]:
+    """`texts` less each text equal to an earlier one up to Unicode form and spacing (`text_identity`)."""
+    first: dict[str, str] = {}
+    for text in texts:
+        first.setdefault(text_identity(text), text)
+    return list(first.values())
+
+
 class NearDuplicateWarning(UserWarning):
     """Non-member or validation texts share most of their word 13-grams with the members."""
 
@@ -94,10 +102,7 @@ class MembershipSplit:
         near_duplicate_threshold: float = NEAR_DUPLICATE_THRESHOLD,
     ) -> MembershipSplit:
         """Draw disjoint sides uniformly at random (numpy `default_rng(seed)`) from `texts`."""
-        distinct: dict[str, str] = {}
-        for text in check_texts(list(texts), f"{source} texts"):
-            distinct.setdefault(text_identity(text), text)  # the first of texts equal up to Unicode form and spacing
-        pool = list(distinct.values())
+        pool = distinct_texts(check_texts(list(texts), f"{source} texts"))  # the first of texts equal up to spacing
         sizes = {
             "n_members": n_members,
             "n_non_members": n_non_members,

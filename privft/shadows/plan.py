@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 
 from privft.config import from_dict, to_dict
-from privft.data import load_corpus, load_texts
 from privft.data.canaries import CanaryPlan
 from privft.data.pii import plan_from_dict
+from privft.data.sources import load_source
 from privft.data.split import text_sha256
 from privft.io import atomic_write_text
 from privft.models import DEFAULT_MODEL
@@ -113,12 +113,8 @@ class ShadowPlan:
     def build(cls, settings: ShadowSettings) -> ShadowPlan:
         """Draw the pool and the IN matrix from `settings.seed`."""
         pool = settings.pool
-        if (pool.corpus is None) == (pool.path is None):
-            raise ValueError("Set exactly one of pool.corpus (a built-in corpus) and pool.path (a file of texts).")
-        texts = load_corpus(pool.corpus) if pool.corpus else load_texts(pool.path, pool.text_column)
-        if pool.max_words is not None:
-            texts = [t for t in texts if len(t.split()) <= pool.max_words]
-        texts = list(dict.fromkeys(texts))
+        texts, _ = load_source(corpus=pool.corpus, path=pool.path, text_column=pool.text_column,
+                               max_words=pool.max_words, key="pool")
         needed = pool.n_candidates + pool.n_population
         if needed > len(texts):
             raise ValueError(f"The pool needs {pool.n_candidates} candidates + {pool.n_population} population texts"
