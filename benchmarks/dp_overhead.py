@@ -13,6 +13,7 @@ logical batch 16 of wiki texts, physical chunks of 8; the SOFT paper reports 1.6
 
     python benchmarks/dp_overhead.py --quick
     python benchmarks/dp_overhead.py --model smollm2-135m --steps 3
+    python benchmarks/dp_overhead.py --quick --device cuda   # on a GPU (scripts/device_check.sh)
 """
 
 from __future__ import annotations
@@ -41,7 +42,14 @@ class StepTimer(TrainerCallback):
         self._start = time.perf_counter()
 
     def on_step_end(self, *args, **kwargs) -> None:
+        _synchronize()
         self.seconds.append(time.perf_counter() - self._start)
+
+
+def _synchronize() -> None:
+    """Wait for the GPU work queued so far, so a step's time includes it."""
+    if torch.cuda.is_initialized():
+        torch.cuda.synchronize()
 
 
 SMOLLM2_BATCH, SMOLLM2_CHUNK = 16, 8  # SmolLM2: a smaller logical batch keeps a step to seconds on 2 CPU cores
@@ -67,15 +75,15 @@ def _batch_sizes(model_name: str) -> tuple[int, int | None]:
     return (LOGICAL_BATCH, None) if model_name == "tiny" else (SMOLLM2_BATCH, SMOLLM2_CHUNK)
 
 
-def _trainer_steps(kind: str, steps: int, model_name: str) -> dict[str, float]:
-    """Mean Trainer step time of plain LoRA or DP-LoRA (hooks) in this process."""
+def _trainer_steps(kind: str, steps: int, model_name: str, device: str) -> dict[str, float]:
+    """Mean Trainer step time of plain LoRA or DP-LoRA (hooks) in this process, on `device`."""
     from privft.dp import make_private
 
     tokenizer, model, dataset = _setup(model_name)
     batch, chunk = _batch_sizes(model_name)
     timer = StepTimer()
     args = TrainingArguments("/tmp/privft-dp-overhead", max_steps=steps + 1, per_device_train_batch_size=batch,
-                             learning_rate=1e-3, use_cpu=True, report_to="none", save_strategy="no",
+                             learning_rate=1e-3, use_cpu=device == "cpu", report_to="none", save_strategy="no",
                              logging_strategy="no", disable_tqdm=True, seed=0, max_grad_norm=0.0)
     trainer = Trainer(model=model, args=args, train_dataset=dataset, callbacks=[timer],
                       data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False))
@@ -86,8 +94,8 @@ def _trainer_steps(kind: str, steps: int, model_name: str) -> dict[str, float]:
     return {"step_seconds": sum(seconds) / len(seconds)}
 
 
-def _loop_steps(kind: str, steps: int, model_name: str) -> dict[str, float]:
-    """Mean time of one exact logical batch (forward, backward, clip, noise, step) in a bare loop."""
+def _loop_steps(kind: str, steps: int, model_name: str, device: str) -> dict[str, float]:
+    """Mean time of one exact logical batch (forward, backward, clip, noise, step) in a bare loop, on `device`."""
     from opacus.grad_sample import prepare_module
     from opacus.optimizers import DPOptimizer, DPOptimizerFastGradientClipping
     from opacus.utils.fast_gradient_clipping_utils import DPLossFastGradientClipping
@@ -95,8 +103,10 @@ def _loop_steps(kind: str, steps: int, model_name: str) -> dict[str, float]:
     from privft.dp import sequence_losses
 
     tokenizer, model, dataset = _setup(model_name)
+    model.to(device)
     collate = DataCollatorForLanguageModeling(tokenizer, mlm=False)
-    batches = [collate([dataset[i] for i in range(s * LOGICAL_BATCH, (s + 1) * LOGICAL_BATCH)])
+    batches = [{k: v.to(device) for k, v in collate([dataset[i] for i in range(s * LOGICAL_BATCH,
+                                                                                (s + 1) * LOGICAL_BATCH)]).items()}
                for s in range(steps + 1)]
     optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
     model.train()
@@ -121,21 +131,22 @@ def _loop_steps(kind: str, steps: int, model_name: str) -> dict[str, float]:
         loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        _synchronize()
         seconds.append(time.perf_counter() - start)
     return {"step_seconds": sum(seconds[1:]) / steps}
 
 
-def _child(kind: str, steps: int, model_name: str) -> dict[str, float]:
+def _child(kind: str, steps: int, model_name: str, device: str) -> dict[str, float]:
     torch.set_num_threads(1)  # one thread: steadier timings on a shared two-core machine
     torch.manual_seed(0)
     path, mode = kind.split(":")
-    result = (_trainer_steps if path == "trainer" else _loop_steps)(mode, steps, model_name)
+    result = (_trainer_steps if path == "trainer" else _loop_steps)(mode, steps, model_name, device)
     return {**result, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
 
-def _measure(kind: str, steps: int, model_name: str) -> dict[str, float]:
-    out = subprocess.run([sys.executable, __file__, "--child", kind, "--steps", str(steps), "--model", model_name],
-                         capture_output=True, text=True, check=True)
+def _measure(kind: str, steps: int, model_name: str, device: str) -> dict[str, float]:
+    out = subprocess.run([sys.executable, __file__, "--child", kind, "--steps", str(steps), "--model", model_name,
+                          "--device", device], capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -145,19 +156,20 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer steps (under a minute)")
     parser.add_argument("--steps", type=int, default=None)
     parser.add_argument("--model", default="tiny", help="'tiny' (default) or a privft model name, e.g. smollm2-135m")
+    parser.add_argument("--device", default="cpu", help="where the steps run: cpu (default) or cuda")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
     steps = args.steps or (4 if args.quick else 12)
     if args.child:
-        print(json.dumps(_child(args.child, steps, args.model)))
+        print(json.dumps(_child(args.child, steps, args.model, args.device)))
         return
     loops = not args.quick and args.model == "tiny"  # the bare loops' logical batch is the tiny model's
     kinds = ["trainer:plain", "trainer:dp-hooks"] + (["loop:plain", "loop:dp-hooks", "loop:dp-ghost"] if loops else [])
-    results = {kind: _measure(kind, steps, args.model) for kind in kinds}
+    results = {kind: _measure(kind, steps, args.model, args.device) for kind in kinds}
     name = "tiny llama (hidden 128, 3 layers, vocab 4,096)" if args.model == "tiny" else args.model
     batch, chunk = _batch_sizes(args.model)
     print(f"{name} + LoRA r 16 on all linear layers, logical batch {batch} (DP chunks: {chunk or batch}), "
-          f"texts ≤ {MAX_LENGTH} tokens, mean of {steps} steps after one warm-up, one thread:")
+          f"texts ≤ {MAX_LENGTH} tokens, mean of {steps} steps after one warm-up, one thread, on {args.device}:")
     for kind, result in results.items():
         print(f"  {kind:18s} {result['step_seconds'] * 1000:8.1f} ms/step   peak RSS {result['peak_rss_mib']:.0f} MiB")
     for path in ("loop",):

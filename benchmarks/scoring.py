@@ -17,6 +17,7 @@ pass cannot do without reading positions the model was never built for.
     python benchmarks/scoring.py --quick            # tiny Llama, then a few SmolLM2 texts (a few minutes)
     python benchmarks/scoring.py                     # more texts of both
     python benchmarks/scoring.py --quick --breakdown # and where (b) - (a) goes, pass by pass
+    python benchmarks/scoring.py --quick --device cuda  # on a GPU (scripts/device_check.sh)
 """
 
 from __future__ import annotations
@@ -38,8 +39,9 @@ BATCH_SIZE = 8
 TINY_CONTEXT = 1024  # longer than every benchmark text (the longest wiki lead is under 400 tiny-BPE tokens)
 
 
-def _batches(tokenizer, texts: list[str], batch_size: int = BATCH_SIZE) -> list[dict[str, torch.Tensor]]:
-    """Length-sorted, right-padded BOS-prefixed batches, as the scorer builds them."""
+def _batches(tokenizer, texts: list[str], device: torch.device | str,
+             batch_size: int = BATCH_SIZE) -> list[dict[str, torch.Tensor]]:
+    """Length-sorted, right-padded BOS-prefixed batches on `device`, as the scorer builds them."""
     ids = [[tokenizer.bos_token_id, *x] for x in tokenizer(texts, add_special_tokens=False)["input_ids"]]
     ids.sort(key=len, reverse=True)
     batches = []
@@ -50,7 +52,7 @@ def _batches(tokenizer, texts: list[str], batch_size: int = BATCH_SIZE) -> list[
         mask = torch.zeros_like(input_ids)
         for row, seq in enumerate(chunk):
             input_ids[row, :len(seq)], mask[row, :len(seq)] = torch.tensor(seq), 1
-        batches.append({"input_ids": input_ids, "attention_mask": mask})
+        batches.append({"input_ids": input_ids.to(device), "attention_mask": mask.to(device)})
     return batches
 
 
@@ -102,9 +104,11 @@ def suite(target, reference, tokenizer, texts) -> None:
 
 
 def _once(work: Callable[[], None]) -> float:
-    """Wall-clock seconds of one call."""
+    """Wall-clock seconds of one call, up to the end of any GPU work it queued."""
     start = time.perf_counter()
     work()
+    if torch.cuda.is_initialized():
+        torch.cuda.synchronize()
     return time.perf_counter() - start
 
 
@@ -132,7 +136,7 @@ def breakdown(target, reference, tokenizer, texts: list[str], batches, repeats: 
 def measure(name: str, target, reference, tokenizer, texts: list[str], repeats: int,
             show_breakdown: bool = False) -> tuple[float, float]:
     """Print the three timings for one model pair and return ((b)/(a), (c)/(b))."""
-    batches = _batches(tokenizer, texts)
+    batches = _batches(tokenizer, texts, target.device)
     longest = max(b["input_ids"].shape[1] for b in batches)
     window = min(target.config.max_position_embeddings, DEFAULT_MAX_LENGTH)  # the scorer's default window
     if longest > window:
@@ -155,22 +159,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="few texts of each model (a few minutes)")
     parser.add_argument("--breakdown", action="store_true", help="also time each pass of (a) and (b) on its own")
+    parser.add_argument("--device", default="cpu", help="where the models run: cpu (default) or cuda")
     args = parser.parse_args()
     torch.manual_seed(0)
     texts = load_corpus("wiki", limit=2000)
     tokenizer = train_bpe_tokenizer(texts, vocab_size=4096)
     n_tiny = 96 if args.quick else 512
     tiny = dict(hidden_size=128, num_layers=3, max_position_embeddings=TINY_CONTEXT)
-    tiny_overhead, tiny_speedup = measure("tiny llama", build_tiny_llama(tokenizer, **tiny, seed=0),
-                                          build_tiny_llama(tokenizer, **tiny, seed=1), tokenizer, texts[:n_tiny],
-                                          repeats=5, show_breakdown=args.breakdown)
-    target, smol_tokenizer = load_model("smollm2-135m")
-    reference, _ = load_model("smollm2-135m")
+    tiny_overhead, tiny_speedup = measure("tiny llama", build_tiny_llama(tokenizer, **tiny, seed=0).to(args.device),
+                                          build_tiny_llama(tokenizer, **tiny, seed=1).to(args.device), tokenizer,
+                                          texts[:n_tiny], repeats=5, show_breakdown=args.breakdown)
+    target, smol_tokenizer = load_model("smollm2-135m", device=args.device)
+    reference, _ = load_model("smollm2-135m", device=args.device)
     overhead, speedup = measure("smollm2-135m", target, reference, smol_tokenizer, texts[:16 if args.quick else 48],
                                 repeats=2, show_breakdown=args.breakdown)
     print(f"tiny_suite_over_bare_forward {tiny_overhead:.3f} (informational: 4k vocabulary, no target)")
     print(f"tiny_naive_over_suite {tiny_speedup:.2f} (informational)")
-    print("headline model: smollm2-135m")
+    print(f"headline model: smollm2-135m on {args.device}")
     print(f"naive_over_suite {speedup:.2f} (target >= 3)")
     print(f"suite_over_bare_forward {overhead:.3f} (target <= 1.10)")
 

@@ -18,6 +18,7 @@ from privft.data.split import text_sha256
 from privft.dataset_inference import check_set_sizes, dataset_inference_from_scores
 from privft.extraction import ExtractionSettings, run_extraction
 from privft.metrics import DEFAULT_MAX_FPRS, PERPLEXITY_CONVENTION, AttackMetrics, evaluate_attack, perplexity
+from privft.ranks import is_main_rank
 from privft.report import AuditReport, PerplexityResult
 from privft.scoring import StatsCache, TokenStats, score_texts
 
@@ -142,7 +143,8 @@ def run_audit(
     config: AuditConfig | None = None,
     model_name: str | None = None,
     context: AuditContext | None = None,
-) -> AuditReport:
+    shard: bool = False,
+) -> AuditReport | None:
     """Audit `model` on the split's members vs non-members and return the report.
 
     Each text costs one forward pass under the target, one under the reference and one of its
@@ -151,6 +153,11 @@ def run_audit(
     with itself with adapters disabled. A `context` adds ReCaLL, CON-ReCaLL and neighbourhood
     statistics through the same scorer. Attacks that leave texts unscored (NaN: the Ensemble's
     fitting part, a text without usable neighbours) are measured on the rest, with a note giving the counts.
+
+    `shard=True` (every rank calls it, under torch.distributed) shares each pass's texts across
+    the ranks (`score_texts(shard=True)`); rank 0 computes the attacks and metrics from the
+    gathered statistics and returns the report, equal to a single process's; the other ranks
+    return None once the last pass is scored.
     """
     config = config or AuditConfig()
     texts, y_true = split.labels_and_texts()
@@ -160,7 +167,8 @@ def run_audit(
               prefix: str | None = None, distribution: bool = False) -> list[TokenStats]:
         # Only the target's own pass needs μ and σ (Min-K%++); every other pass is read for its loss.
         return score_texts(m, tok, items, batch_size=config.batch_size, max_length=config.max_length,
-                           stride=config.stride, cache=cache, desc=desc, prefix=prefix, distribution=distribution)
+                           stride=config.stride, cache=cache, desc=desc, prefix=prefix, distribution=distribution,
+                           shard=shard)
 
     reference_tokenizer = reference_tokenizer or tokenizer
     same_tok = same_tokenizer(tokenizer, reference_tokenizer)
@@ -179,7 +187,6 @@ def run_audit(
     names, notes = select_attacks(config, available_statistics(reference_context is not None, context), same_tok)
     needed = needed_statistics(names)
 
-    blind = blind_baseline_scores(texts, y_true, seed=config.seed)
     target_stats = score(model, tokenizer, texts, "target", distribution=True)
     reference_stats = lowercase_stats = None
     if reference_context is not None and "reference" in needed:
@@ -193,6 +200,9 @@ def run_audit(
         held_out_stats = target_stats[len(split.members):]
 
     extra = context.statistics(texts, lambda items, desc, prefix: score(model, tokenizer, items, desc, prefix), needed)
+    if shard and not is_main_rank():
+        return None  # its share is scored and gathered; rank 0 alone computes the rest
+    blind = blind_baseline_scores(texts, y_true, seed=config.seed)
     extra["known_labels"] = ensemble_known_labels(y_true, config.ensemble_fit_fraction, config.seed)
     inputs = AttackInputs(texts, target_stats, reference_stats, lowercase_stats, same_tok, config.min_k_fraction,
                           **extra)

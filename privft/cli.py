@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,10 +33,13 @@ def _extraction_settings(args: argparse.Namespace) -> ExtractionSettings | None:
 
 
 def _audit(args: argparse.Namespace) -> None:
+    import torch
+
     from privft.audit import AuditConfig, run_audit
     from privft.config import SettingError
     from privft.data import MembershipSplit
     from privft.models import load_model
+    from privft.ranks import init_from_launcher
     from privft.run_folder import check_audit_folder, check_writable
 
     if args.split:
@@ -62,12 +66,17 @@ def _audit(args: argparse.Namespace) -> None:
         raise SystemExit(f"privft audit: --out {args.out} is a file; give a folder for the report.")
     check_audit_folder(out, args.model, config, split, overwrite=args.overwrite)
     check_writable(out)  # before any model loads: an unusable --out costs no scoring
-    model, tokenizer = load_model(args.model)
+    # Under torchrun / accelerate launch each rank takes its own GPU (or the CPU) and scores its share of the texts.
+    launched = init_from_launcher()
+    device = str(launched) if launched else "cuda" if torch.cuda.is_available() else None
+    model, tokenizer = load_model(args.model, device=device)
     reference = reference_tokenizer = None
     if args.reference:
-        reference, reference_tokenizer = load_model(args.reference)
+        reference, reference_tokenizer = load_model(args.reference, device=device)
     report = run_audit(model, tokenizer, split, reference=reference, reference_tokenizer=reference_tokenizer,
-                       config=config, model_name=args.model, context=context)
+                       config=config, model_name=args.model, context=context, shard=True)
+    if report is None:  # a rank other than 0: its share is scored, and rank 0 writes the report
+        return
     print(report.to_markdown())  # first: the table is on screen even if saving fails
     paths = report.save(out)
     print(f"Report: {paths['json']}, {paths['markdown']}, {paths['roc']}")
@@ -211,11 +220,23 @@ def _shadows_plan(args: argparse.Namespace) -> None:
           f"`privft shadows train {args.out} --missing` or one per job with --index I.")
 
 
+def _index_from_env(name: str) -> int:
+    """The shadow index a scheduler's array job sets in environment variable `name` (e.g. SLURM_ARRAY_TASK_ID)."""
+    value = os.environ.get(name)
+    if value is None or not value.strip().isdigit():
+        raise SystemExit(f"privft shadows train: --index-from-env {name}: the variable is "
+                         f"{'unset' if value is None else repr(value)}, not a shadow index; run this inside an array "
+                         "job that sets it (SLURM: sbatch --array=0-N), or give --index I.")
+    return int(value)
+
+
 def _shadows_train(args: argparse.Namespace) -> None:
     from privft.shadows import train_missing, train_shadow
 
-    if (args.index is None) == (not args.missing):
-        raise SystemExit("privft shadows train: give exactly one of --index I and --missing.")
+    if sum((args.index is not None, args.index_from_env is not None, args.missing)) != 1:
+        raise SystemExit("privft shadows train: give exactly one of --index I, --index-from-env VAR and --missing.")
+    if args.index_from_env is not None:
+        args.index = _index_from_env(args.index_from_env)
     if args.missing:
         print(f"Trained shadows {train_missing(args.farm)}.")
     else:
@@ -318,6 +339,9 @@ def build_parser() -> argparse.ArgumentParser:
     train_shadows = shadow_commands.add_parser("train", help="train one shadow (--index) or all unfinished ones")
     train_shadows.add_argument("farm", help="farm folder with plan.json")
     train_shadows.add_argument("--index", type=int, help="the shadow to train (one job per index)")
+    train_shadows.add_argument("--index-from-env", metavar="VAR",
+                               help="read --index from environment variable VAR: an array job's task index, e.g. "
+                                    "SLURM_ARRAY_TASK_ID (docs/gpu.md)")
     train_shadows.add_argument("--missing", action="store_true", help="train every shadow without stored losses")
     train_shadows.add_argument("--overwrite", action="store_true", help="retrain --index even if it is done")
     train_shadows.set_defaults(run=_shadows_train)

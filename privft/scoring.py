@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privft.io import atomic_write_bytes
+from privft.ranks import gather_shares, is_main_rank, rank_and_world
 
 DEFAULT_MAX_LENGTH = 1024
 HEAD_CHUNK_ELEMENTS = 2**22  # logits per head block: 16 MiB of fp32, one buffer reused for every block of a run
@@ -297,9 +298,10 @@ class _HeadWorkspace:
         """Buffers sized for `model`'s vocabulary, on its head's device."""
         weight = model.get_output_embeddings().weight
         vocab = weight.shape[0]
-        return cls(torch.empty(max(1, HEAD_CHUNK_ELEMENTS // vocab) * vocab, device=weight.device),
-                   torch.empty(max(MIN_STATISTICS_ROWS, STATISTICS_CHUNK_ELEMENTS // vocab) * vocab,
-                               device=weight.device))
+        block_rows, slice_rows = max(1, HEAD_CHUNK_ELEMENTS // vocab), max(MIN_STATISTICS_ROWS,
+                                                                           STATISTICS_CHUNK_ELEMENTS // vocab)
+        return cls(torch.empty(block_rows * vocab, dtype=torch.float32, device=weight.device),
+                   torch.empty(slice_rows * vocab, dtype=torch.float32, device=weight.device))
 
 
 def _logits(head: torch.nn.Module, rows: torch.Tensor, buffer: torch.Tensor) -> torch.Tensor:
@@ -341,25 +343,20 @@ def _score_windows(model: PreTrainedModel, windows: list[_Window], pad_id: int, 
     """Statistics for the scored targets of each window in one right-padded batch."""
     device = next(model.parameters()).device
     width = max(len(w.input_ids) for w in windows)
-    ids = torch.full((len(windows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(windows), width), dtype=torch.long)
-    for row, window in enumerate(windows):
-        ids[row, :len(window.input_ids)] = torch.tensor(window.input_ids)
-        mask[row, :len(window.input_ids)] = 1
-    hidden = model.get_decoder()(input_ids=ids.to(device), attention_mask=mask.to(device),
+    # The batch is assembled from Python lists on the host and crosses to the model's device in one copy each.
+    ids = torch.tensor([w.input_ids + [pad_id] * (width - len(w.input_ids)) for w in windows]).to(device)
+    mask = torch.tensor([[1] * len(w.input_ids) + [0] * (width - len(w.input_ids)) for w in windows]).to(device)
+    hidden = model.get_decoder()(input_ids=ids, attention_mask=mask,
                                  use_cache=False).last_hidden_state  # no KV cache: nothing is generated
-    rows, positions = [], []
-    for row, window in enumerate(windows):
-        targets = torch.arange(window.first_target, len(window.input_ids))
-        rows.append(torch.full_like(targets, row))
-        positions.append(targets)
-    rows_t, positions_t = torch.cat(rows).to(device), torch.cat(positions).to(device)
+    rows = torch.tensor([row for row, w in enumerate(windows) for _ in range(w.first_target, len(w.input_ids))])
+    positions = torch.tensor([t for w in windows for t in range(w.first_target, len(w.input_ids))])
+    rows, positions = rows.to(device), positions.to(device)
     # The hidden state at position t-1 predicts the token at t.
-    stats = _head_statistics(model.get_output_embeddings(), hidden[rows_t, positions_t - 1],
-                             ids.to(device)[rows_t, positions_t], distribution, workspace)
+    stats = _head_statistics(model.get_output_embeddings(), hidden[rows, positions - 1], ids[rows, positions],
+                             distribution, workspace)
     splits = np.cumsum([len(w.input_ids) - w.first_target for w in windows])[:-1]
-    per_stat = [np.split(t.cpu().numpy().astype(np.float32), splits) for t in stats]
-    return list(zip(*per_stat))
+    host = torch.stack(stats).cpu().numpy()  # fp32 already (the head's block buffer); one device-to-host copy
+    return list(zip(*(np.split(stat, splits) for stat in host)))
 
 
 def _check_window(model: PreTrainedModel, max_length: int | None, stride: int | None) -> tuple[int, int]:
@@ -374,21 +371,36 @@ def _check_window(model: PreTrainedModel, max_length: int | None, stride: int | 
 
 def _score_sequences(model: PreTrainedModel, sequences: dict[int, list[int]], *, pad_id: int, batch_size: int,
                      max_length: int, stride: int, distribution: bool, desc: str, first_target: int = 1,
-                     pinned: Sequence[int] = ()) -> dict[int, tuple[np.ndarray, ...]]:
-    """Per-token statistics of each sequence from `first_target` on, read after `pinned`, keyed as given (eval mode)."""
+                     pinned: Sequence[int] = (), shard: bool = False) -> dict[int, tuple[np.ndarray, ...]]:
+    """Per-token statistics of each sequence from `first_target` on, read after `pinned`, keyed as given (eval mode).
+
+    With `shard`, every rank forms the same batches, scores batches rank, rank + world, … and
+    gathers the others' (`privft.ranks.gather_shares`): each batch is the one a single process
+    scores, so the statistics are those of a single process.
+    """
     windows = [w for i, ids in sequences.items() for w in _windows(i, ids, max_length, stride, first_target, pinned)]
     windows.sort(key=lambda w: len(w.input_ids), reverse=True)  # similar lengths share a batch
+    batches = [windows[start:start + batch_size] for start in range(0, len(windows), batch_size)]
+    rank, world = rank_and_world() if shard else (0, 1)
+
+    def score_share() -> dict[tuple[int, int], tuple[np.ndarray, ...]]:
+        scored = {}
+        mine = batches[rank::world]  # length-sorted, so neighbouring ranks get batches of about the same cost
+        workspace = _HeadWorkspace.for_model(model)
+        was_training = model.training
+        model.eval()
+        try:
+            for batch in tqdm(mine, desc=desc, disable=not mine, leave=False):
+                for window, stats in zip(batch, _score_windows(model, batch, pad_id, distribution, workspace)):
+                    scored[window.text_index, window.order] = stats
+        finally:
+            model.train(was_training)
+        return scored
+
     pieces: dict[int, dict[int, tuple[np.ndarray, ...]]] = {i: {} for i in sequences}
-    workspace = _HeadWorkspace.for_model(model)
-    was_training = model.training
-    model.eval()
-    try:
-        for start in tqdm(range(0, len(windows), batch_size), desc=desc, disable=not windows, leave=False):
-            batch = windows[start:start + batch_size]
-            for window, stats in zip(batch, _score_windows(model, batch, pad_id, distribution, workspace)):
-                pieces[window.text_index][window.order] = stats
-    finally:
-        model.train(was_training)
+    for share in gather_shares(score_share) if shard else [score_share()]:
+        for (text_index, order), stats in share.items():
+            pieces[text_index][order] = stats
     # Windows of one text were scored in arbitrary order; reassemble them left to right.
     return {i: tuple(np.concatenate(stat) for stat in zip(*(by_order[o] for o in sorted(by_order))))
             for i, by_order in pieces.items()}
@@ -411,6 +423,7 @@ def score_texts(
     desc: str = "scoring",
     prefix: str | None = None,
     distribution: bool = True,
+    shard: bool = False,
 ) -> list[TokenStats]:
     """Token statistics for each text, in input order; cached per text when `cache` is given.
 
@@ -422,6 +435,12 @@ def score_texts(
     and every window of a long text starts with BOS + the prefix.
     `distribution=False` skips μ and σ (None in the result): half the vocabulary work, for
     passes whose attacks read only the loss (reference, lowercase, prefixed, neighbours).
+
+    `shard=True` shares the forward passes across the torch.distributed ranks (no-op without a
+    process group): every rank must call it with the same texts, each scores its share of the
+    batches, and every rank returns all the statistics, equal to a single process's. A text any
+    rank's cache lacks is scored again, and only rank 0 writes the cache, so give every rank the
+    same cache folder.
     """
     max_length, stride = _check_window(model, max_length, stride)
     sequences = _tokenize(texts, tokenizer)
@@ -437,15 +456,17 @@ def score_texts(
         for i, text in enumerate(texts):
             keys[i] = hashlib.sha256(json.dumps([*settings, text]).encode()).hexdigest()  # fields never run together
             results[i] = cache.get(keys[i])
-    todo = {i: sequences[i] for i, r in enumerate(results) if r is None}
-    scored = _score_sequences(model, todo, pad_id=_pad_id(tokenizer), batch_size=batch_size, max_length=max_length,
-                              stride=stride, distribution=distribution, desc=desc, first_target=first_target,
-                              pinned=pinned)
+    missing = [i for i, r in enumerate(results) if r is None]
+    if shard and cache is not None:  # ranks may read different caches (one per node): all score what any lacks
+        missing = sorted(set().union(*gather_shares(lambda: missing)))
+    scored = _score_sequences(model, {i: sequences[i] for i in missing}, pad_id=_pad_id(tokenizer),
+                              batch_size=batch_size, max_length=max_length, stride=stride, distribution=distribution,
+                              desc=desc, first_target=first_target, pinned=pinned, shard=shard)
     for i, (lp, *mu_sigma) in scored.items():
         mu, sigma = mu_sigma or (None, None)
         results[i] = TokenStats(lp, mu, sigma, len(texts[i].encode("utf-8")))
     _check_finite(results)  # before caching: a broken model's scores are never stored
-    if cache is not None:
+    if cache is not None and (not shard or is_main_rank()):
         for i in scored:
             cache.put(keys[i], results[i])
     return results  # type: ignore[return-value]
@@ -469,12 +490,13 @@ def score_losses(
     max_length: int | None = None,
     stride: int | None = None,
     desc: str = "scoring losses",
+    shard: bool = False,
 ) -> np.ndarray:
     """Per-token loss (`TokenStats.mean_nll`) of each text, from `score_texts` without μ and σ (SOFT's selection).
 
     The windows, BOS policy and eval mode are those of `score_texts`, so the values equal
-    ``[s.mean_nll for s in score_texts(...)]`` up to float rounding.
+    ``[s.mean_nll for s in score_texts(...)]`` up to float rounding; `shard` is `score_texts`'.
     """
     stats = score_texts(model, tokenizer, texts, batch_size=batch_size, max_length=max_length, stride=stride,
-                        desc=desc, distribution=False)
+                        desc=desc, distribution=False, shard=shard)
     return np.array([s.mean_nll for s in stats], dtype=np.float64)

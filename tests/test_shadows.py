@@ -134,3 +134,17 @@ def test_write_default_refuses_an_existing_settings_file(tmp_path, capsys):
     with pytest.raises(SystemExit, match=r"farm.yaml already exists.*delete it first, or give another path"):
         main(["shadows", "plan", str(config), "--write-default"])
     assert config.read_text() == "n_shadows: 8\n"
+
+
+def test_an_array_job_trains_the_shadow_its_scheduler_index_names(settings, tmp_path, monkeypatch):
+    farm, config = tmp_path / "farm", tmp_path / "shadows.yaml"
+    save_yaml(settings, config)
+    main(["shadows", "plan", str(config), "--out", str(farm)])
+    monkeypatch.delenv("SLURM_ARRAY_TASK_ID", raising=False)
+    with pytest.raises(SystemExit, match="SLURM_ARRAY_TASK_ID: the variable is unset"):
+        main(["shadows", "train", str(farm), "--index-from-env", "SLURM_ARRAY_TASK_ID"])
+    monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "4")
+    with pytest.raises(SystemExit, match="exactly one of --index I, --index-from-env VAR and --missing"):
+        main(["shadows", "train", str(farm), "--index", "4", "--index-from-env", "SLURM_ARRAY_TASK_ID"])
+    main(["shadows", "train", str(farm), "--index-from-env", "SLURM_ARRAY_TASK_ID"])
+    assert [i for i in range(settings.n_shadows) if losses_path(farm, i).exists()] == [4]

@@ -107,7 +107,9 @@ def write_gate_verdict(directory: str | Path, verdict: Verdict) -> Path:
 class PrivacyAuditCallback(TrainerCallback):
     """Audit members vs non-members of `split` at train end (and every `every_n_epochs` epochs).
 
-    The audit runs once, on the main process. Its headline numbers go into the Trainer's logs,
+    Under several processes every rank scores its share of the texts (and of the canaries'
+    exposure), and the main process computes the audit from the gathered statistics: the same
+    report as a single process's. Its headline numbers go into the Trainer's logs,
     the full report into `output_dir` (default `<args.output_dir>/privacy-audit`), and a
     privacy section into `<args.output_dir>/README.md`. Without a reference, a peft model is
     compared with itself with adapters disabled. Pass `canary_callback` to add exposure.
@@ -150,9 +152,13 @@ class PrivacyAuditCallback(TrainerCallback):
         model = getattr(model, "module", model)  # unwrap DistributedDataParallel
         report = run_audit(model, self.tokenizer, self.split, reference=self.reference,
                            reference_tokenizer=self.reference_tokenizer, config=self.config,
-                           model_name=self.model_name)
+                           model_name=self.model_name, shard=True)  # None on ranks other than 0
+        exposure = self.canary_callback.exposure_at(state, model) if self.canary_callback is not None else None
+        if report is None:
+            self.seconds += time.perf_counter() - start
+            return
         if self.canary_callback is not None:
-            report.canary_exposure = self.canary_callback.exposure_at(state, model)
+            report.canary_exposure = exposure
             if report.extraction is not None:  # the canaries' secrets, decoded from their template prefix
                 report.extraction.canaries = canary_extraction(
                     model, self.tokenizer, self.canary_callback.plan, beams=self.config.extraction.canary_beams,
@@ -180,13 +186,12 @@ class PrivacyAuditCallback(TrainerCallback):
 
     def on_epoch_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                      model: PreTrainedModel | None = None, **kwargs) -> None:
-        """Audit every `every_n_epochs` epochs, on the main process."""
+        """Audit every `every_n_epochs` epochs (every rank scores its share)."""
         epoch = round(state.epoch or 0)
-        if self.every_n_epochs and epoch % self.every_n_epochs == 0 and state.is_world_process_zero:
+        if self.every_n_epochs and epoch % self.every_n_epochs == 0:
             self._audit(args, state, model, f"epoch-{epoch}")
 
     def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                      model: PreTrainedModel | None = None, **kwargs) -> None:
-        """The final audit, on the main process."""
-        if state.is_world_process_zero:
-            self._audit(args, state, model, "final")
+        """The final audit (every rank scores its share)."""
+        self._audit(args, state, model, "final")

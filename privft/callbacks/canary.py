@@ -27,7 +27,7 @@ LOG_PREFIX = "privacy/canary_"  # the namespace of privft's audit callback
 
 
 def measure_exposure(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, plan: CanaryPlan,
-                     *, batch_size: int = 32) -> list[CanaryExposure]:
+                     *, batch_size: int = 32, shard: bool = False) -> list[CanaryExposure]:
     """Exposure of each of the plan's canaries in `model`, against the plan's seeded reference secrets.
 
     The canaries and the `plan.n_alternatives` references (one set shared by all canaries, as in
@@ -35,10 +35,12 @@ def measure_exposure(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
     log-likelihood is the sum over its tokens after the longest token prefix all candidates
     share: those tokens have the same context in every candidate, so dropping them changes
     no rank or fit, only removes a constant (and batching noise). It needs no assumption
-    about how the template's prefix and the secret tokenize at their boundary.
+    about how the template's prefix and the secret tokenize at their boundary. `shard=True` shares
+    the pass across the torch.distributed ranks (every rank calls it and gets every exposure).
     """
     texts = plan.canary_texts() + [plan.text_for(secret) for secret in plan.reference_secrets()]
-    stats = score_texts(model, tokenizer, texts, batch_size=batch_size, desc="canary exposure", distribution=False)
+    stats = score_texts(model, tokenizer, texts, batch_size=batch_size, desc="canary exposure", distribution=False,
+                        shard=shard)
     logps = _logps_after_shared_prefix(stats, tokenizer(texts, add_special_tokens=False)["input_ids"])
     references = logps[plan.n_canaries:]
     return [CanaryExposure.measure(secret, true_logp, references, plan.secret_space)
@@ -75,8 +77,8 @@ class CanaryCallback(TrainerCallback, ExportableState):
     max and `privacy/canary_exposure_ceiling` (all in bits) to `state.log_history` with the
     epoch and step, and keeps the per-canary results in `results`. A step is measured once: the
     audit callback asks `exposure_at` for the report, which measures only when the log has no
-    entry for the current step yet. Only the world main process measures, on the unwrapped model;
-    sharded parameters (FSDP, ZeRO-3) are not supported.
+    entry for the current step yet. Every rank scores its share of the candidates, on the
+    unwrapped model, and logs the same exposures; sharded parameters (FSDP, ZeRO-3) are not supported.
     The plan is saved with checkpoints; with `restore_callback_states_from_checkpoint=True`
     the Trainer rebuilds this callback from it, without the tokenizer (it then comes from the
     Trainer's `processing_class`) and as a new object (read its results from the Trainer's
@@ -162,12 +164,10 @@ class CanaryCallback(TrainerCallback, ExportableState):
         if not self._logged(state):
             self._measure(state, kwargs["model"])
 
-    def _measure(self, state: TrainerState, model: PreTrainedModel) -> dict[str, float] | None:
-        """Measure exposure on the main process, append the summary to the log history and return it."""
-        if not state.is_world_process_zero:
-            return None
+    def _measure(self, state: TrainerState, model: PreTrainedModel) -> dict[str, float]:
+        """Measure exposure (every rank scores its share), append the summary to the log history and return it."""
         self.results = measure_exposure(extract_model_from_parallel(model), self.tokenizer, self.plan,
-                                        batch_size=self.batch_size)
+                                        batch_size=self.batch_size, shard=True)
         stats = summarize(self._inserted())
         entry = {LOG_PREFIX + key: value for key, value in stats.items()}
         if state.epoch is not None:

@@ -95,9 +95,10 @@ class SelectiveObfuscationCallback(TrainerCallback, ExportableState):
     ``soft/n_served_changed``, ``soft/tau``, ``soft/n_scored``, mean losses) and to `history`
     (which also lists the ``selected`` indices).
 
-    Every selection runs on global rank 0 and is broadcast; sharded set-ups (FSDP, DeepSpeed
-    ZeRO-3) are refused. The mask, `history` and the training passes' recorded losses are saved with
-    each checkpoint (``restore_callback_states_from_checkpoint=True`` rebuilds this callback; pass
+    Every rank scores its share of the texts; the selection is made on global rank 0 from the
+    gathered losses and broadcast; sharded set-ups (FSDP, DeepSpeed ZeRO-3) are refused. The
+    mask, `history` and the training passes' recorded losses are saved with each checkpoint
+    (``restore_callback_states_from_checkpoint=True`` rebuilds this callback; pass
     ``processing_class=tokenizer`` to the Trainer). Keep ``dataloader_persistent_workers=False``.
     """
 
@@ -177,8 +178,8 @@ class SelectiveObfuscationCallback(TrainerCallback, ExportableState):
             raise ValueError("SelectiveObfuscationCallback needs dataloader_persistent_workers=False: persistent "
                              "workers keep the dataset copy of the first epoch and never see a new mask.")
         if args.fsdp or is_deepspeed_zero3_enabled():
-            raise ValueError("SelectiveObfuscationCallback scores on rank 0 alone, which sharded parameters "
-                             "(FSDP, DeepSpeed ZeRO-3) do not allow; use DDP or ZeRO-1/2.")
+            raise ValueError("SelectiveObfuscationCallback scores with each rank's whole copy of the model, which "
+                             "sharded parameters (FSDP, DeepSpeed ZeRO-3) do not allow; use DDP or ZeRO-1/2.")
         self.view = self._served_view(getattr(train_dataloader, "dataset", None))
         if self.tokenizer is None:
             self.tokenizer = processing_class
@@ -217,7 +218,8 @@ class SelectiveObfuscationCallback(TrainerCallback, ExportableState):
         epoch = _epoch_index(state.epoch)
         if epoch < self.warmup_epochs or (self.history and self.history[-1]["epoch"] == epoch):
             return  # still warming up, or resumed mid-epoch: keep the mask this epoch started with
-        mask, record = on_main_then_broadcast(lambda: self._select(model, epoch, state.global_step))
+        read = self._read(model)  # every rank scores its share of the texts
+        mask, record = on_main_then_broadcast(lambda: self._select(epoch, state.global_step, *read))
         self.mask = mask
         self.view.set_mask(mask)
         self.history.append(record)
@@ -235,32 +237,47 @@ class SelectiveObfuscationCallback(TrainerCallback, ExportableState):
             f"The Trainer serves a {type(served).__name__}, not this callback's ObfuscatedView (or a view derived "
             "from it), so a new mask would never reach the batches. Pass the view as train_dataset.")
 
+    def _previous(self) -> np.ndarray:
+        """The mask a selection builds on: the current one when cumulative (once obfuscated, always), else none."""
+        return np.zeros(len(self.view), dtype=bool) if self.mask is None or not self.cumulative else self.mask
+
+    def _read(self, model: PreTrainedModel) -> tuple[np.ndarray | None, np.ndarray | None, int]:
+        """The open samples' losses, the validation losses (None where the rule reads none), and the eval-scored count.
+
+        Under a cumulative selection a sample already obfuscated stays so whatever its loss, so
+        only the others are read. Every rank calls this: the eval-mode passes are shared across ranks.
+        """
+        open_indices = np.flatnonzero(~self._previous())
+        if not (open_indices.size and self.selection_rule.needs_losses(len(self.history))):
+            return None, None, 0
+        losses, n_eval = self._losses(model, open_indices)
+        validation = None
+        if self.selection_rule.needs_validation:
+            validation = sample_losses(model, self.tokenizer, self.validation_texts, desc="SOFT validation",
+                                       batch_size=self.batch_size, max_length=self.max_length, shard=True)
+        return losses, validation, n_eval
+
     def _losses(self, model: PreTrainedModel, indices: np.ndarray) -> tuple[np.ndarray, int]:
         """The losses of the samples at `indices`, and how many of them were scored in eval mode."""
         losses = np.full(indices.size, np.nan)
-        if self._training_losses is not None:
-            losses = self._training_losses.losses[indices].copy()
+        if self._training_losses is not None:  # rank 0's record decides, so every rank scores the same texts
+            losses = on_main_then_broadcast(lambda: self._training_losses.losses[indices].copy())
         unseen = np.flatnonzero(np.isnan(losses))
         losses[unseen] = sample_losses(model, self.tokenizer, [self.view.texts[indices[i]] for i in unseen],
-                                       batch_size=self.batch_size, max_length=self.max_length)
+                                       batch_size=self.batch_size, max_length=self.max_length, shard=True)
         return losses, int(unseen.size)
 
-    def _select(self, model: PreTrainedModel, epoch: int, step: int) -> tuple[np.ndarray, dict[str, Any]]:
-        """Read the losses of the samples that can still change the mask, apply the rule, and summarise it.
+    def _select(self, epoch: int, step: int, losses: np.ndarray | None, validation: np.ndarray | None,
+                n_eval: int) -> tuple[np.ndarray, dict[str, Any]]:
+        """Apply the rule to the losses `_read` returned and summarise it (on rank 0; the result is broadcast).
 
-        Under a cumulative selection a sample already obfuscated stays so whatever its loss, so
-        only the others are read. The logged mean losses are over the samples read this time:
-        those newly selected against those left as written.
+        The logged mean losses are over the samples read this time: those newly selected against
+        those left as written.
         """
-        previous = np.zeros(len(self.view), dtype=bool) if self.mask is None or not self.cumulative else self.mask
+        previous = self._previous()
         open_indices = np.flatnonzero(~previous)
         index = len(self.history)
-        reads = open_indices.size > 0 and self.selection_rule.needs_losses(index)
-        losses, n_eval = self._losses(model, open_indices) if reads else (None, 0)
-        validation = None
-        if reads and self.selection_rule.needs_validation:
-            validation = sample_losses(model, self.tokenizer, self.validation_texts, desc="SOFT validation",
-                                       batch_size=self.batch_size, max_length=self.max_length)
+        reads = losses is not None
         new = previous.copy()
         tau = None
         if open_indices.size:

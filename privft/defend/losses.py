@@ -13,15 +13,18 @@ from privft.scoring import score_losses
 
 
 def sample_losses(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], *,
-                  batch_size: int = 8, max_length: int | None = None, desc: str = "SOFT scoring") -> np.ndarray:
+                  batch_size: int = 8, max_length: int | None = None, desc: str = "SOFT scoring",
+                  shard: bool = False) -> np.ndarray:
     """Mean token NLL (`TokenStats.mean_nll`) of each text under `model`, as the audit's loss attack sees it.
 
     `score_losses` switches the model to eval mode (no dropout) for the pass and back afterwards,
     and runs without gradients, so scoring mid-training changes neither the model nor its grads.
+    `shard=True` shares the pass across the torch.distributed ranks (`score_texts`).
     """
     if not texts:
         return np.zeros(0, dtype=np.float64)
-    return score_losses(model, tokenizer, texts, batch_size=batch_size, max_length=max_length, desc=desc)
+    return score_losses(model, tokenizer, texts, batch_size=batch_size, max_length=max_length, desc=desc,
+                        shard=shard)
 
 
 class TrainingPassLosses:
@@ -61,12 +64,18 @@ class TrainingPassLosses:
         if input_ids is None or logits is None:
             return
         attention = kwargs.get("attention_mask")
-        for row in range(input_ids.shape[0]):
-            real = attention[row].bool() if attention is not None else torch.ones_like(input_ids[row], dtype=torch.bool)
-            ids = input_ids[row][real]
-            indices = self._samples.get(tuple(ids.tolist()))
-            if not indices or ids.numel() < 2:
+        # Samples are looked up on the host: one copy of the batch's ids and mask, and one of its losses.
+        host_ids = input_ids.cpu()
+        host_real = attention.cpu().bool() if attention is not None else torch.ones_like(host_ids, dtype=torch.bool)
+        recorded, losses = [], []
+        for row in range(host_ids.shape[0]):
+            positions = host_real[row].nonzero().squeeze(1)
+            indices = self._samples.get(tuple(host_ids[row, positions].tolist()))
+            if not indices or positions.numel() < 2:
                 continue
-            row_logits = logits[row][real][:-1].float()
-            loss = torch.nn.functional.cross_entropy(row_logits, ids[1:], reduction="mean").item()
+            positions = positions.to(logits.device)
+            row_logits = logits[row].index_select(0, positions[:-1]).float()
+            losses.append(torch.nn.functional.cross_entropy(row_logits, input_ids[row, positions[1:]]))
+            recorded.append(indices)
+        for indices, loss in zip(recorded, torch.stack(losses).tolist() if losses else []):
             self.losses[indices] = loss
