@@ -20,7 +20,7 @@ from privft.extraction import ExtractionSettings, run_extraction
 from privft.metrics import DEFAULT_MAX_FPRS, PERPLEXITY_CONVENTION, AttackMetrics, evaluate_attack, perplexity
 from privft.ranks import is_main_rank
 from privft.report import AuditReport, PerplexityResult
-from privft.scoring import StatsCache, TokenStats, score_texts
+from privft.scoring import StatsCache, TokenStats, score_texts, start_token_record
 
 
 @dataclass
@@ -238,6 +238,7 @@ def run_audit(
         labels=y_true,
         text_sha256=[text_sha256(t) for t in texts],
         notes=notes,
+        start_token=start_token_record(tokenizer),
         extraction=extraction,
         dataset_inference=(dataset_inference_from_scores(scores, y_true, seed=config.seed).to_dict()
                            if config.dataset_inference else None),

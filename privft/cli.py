@@ -14,6 +14,7 @@ from privft.attacks import ATTACKS
 from privft.metrics import DEFAULT_MAX_FPRS
 
 if TYPE_CHECKING:
+    from privft.audit import AuditConfig
     from privft.audit_context import AuditContext
     from privft.data import MembershipSplit
     from privft.extraction import ExtractionSettings
@@ -33,14 +34,10 @@ def _extraction_settings(args: argparse.Namespace) -> ExtractionSettings | None:
 
 
 def _audit(args: argparse.Namespace) -> None:
-    import torch
-
-    from privft.audit import AuditConfig, run_audit
+    from privft.audit import AuditConfig
     from privft.config import SettingError
     from privft.data import MembershipSplit
-    from privft.models import load_model
-    from privft.ranks import init_from_launcher
-    from privft.run_folder import check_audit_folder, check_writable
+    from privft.scoring import check_start_rule, start_token_rule
 
     if args.split:
         split = MembershipSplit.load(args.split)
@@ -60,6 +57,20 @@ def _audit(args: argparse.Namespace) -> None:
         )
     except SettingError as error:  # named as the flag the user typed, not the AuditConfig field
         raise SettingError(AUDIT_FLAGS.get(error.key, error.key), error.value, error.requirement) from None
+    check_start_rule(args.start_token)
+    with start_token_rule(args.start_token):  # the neighbours' generation and every scoring pass
+        _audit_with(args, split, config)
+
+
+def _audit_with(args: argparse.Namespace, split: MembershipSplit, config: AuditConfig) -> None:
+    """`privft audit`'s folder checks, model loads, scoring and report, under the active start-token rule."""
+    import torch
+
+    from privft.audit import run_audit
+    from privft.models import load_model
+    from privft.ranks import init_from_launcher
+    from privft.run_folder import check_audit_folder, check_writable
+
     context = _audit_context(args, split)
     out = Path(args.out)
     if out.exists() and not out.is_dir():
@@ -281,6 +292,10 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--max-length", type=int, help="scoring window in tokens (longer texts slide)")
     audit.add_argument("--cache-dir", help="cache token statistics here")
     audit.add_argument("--seed", type=int, default=0)
+    audit.add_argument("--start-token", default="auto", metavar="RULE",
+                       help="the token every text is scored after: auto (the tokenizer's own, else <|endoftext|>, "
+                            "else EOS), bos-else-eos, or a token; give the rule the model was trained with "
+                            "(a privft run's manifest.json records it)")
     audit.add_argument("--prefix-non-members", metavar="FILE",
                        help="texts never trained on and not evaluated: ReCaLL's prefix (all of them, in order)")
     audit.add_argument("--prefix-members", metavar="FILE",

@@ -34,7 +34,7 @@ from privft.paper.adaptive import adaptive_scores
 from privft.paraphrase import ParaphraseCache
 from privft.pipeline import RunConfig, RunResult, load_split, run_training, soft_paraphraser
 from privft.report import package_versions
-from privft.scoring import StatsCache
+from privft.scoring import StatsCache, start_token_rule
 
 MIN_PERPLEXITY_GAIN = 0.01
 """A cell whose validation perplexity is not at least 1 % below the pretrained model's did not learn."""
@@ -347,7 +347,7 @@ def _finished_row(path: Path, cell: Cell) -> dict[str, Any] | None:
         return None
     row = json.loads(path.read_text(encoding="utf-8"))
     try:
-        same = from_dict(RunConfig, row["config"]) == cell.config
+        same = from_dict(RunConfig, row["config"], saved=True) == cell.config
     except (ValueError, TypeError):  # a key this version no longer knows
         same = False
     if not same:
@@ -403,10 +403,11 @@ def run_compare(config: CompareConfig, *, finished_only: bool = False, only: Seq
         print(_progress(index, cells, todo, seconds), flush=True)
         start = time.perf_counter()
         adaptive = AdaptiveAudit(cell.config, config.grid.adaptive) if config.grid.adaptive.n_members else None
-        if cell.family == "pretrained":
-            result = audit_pretrained(cell.config)
-        else:
-            result = run_training(cell.config, extra_callbacks=[adaptive] if adaptive else [])
+        with start_token_rule(cell.config.start_token):  # the pretrained row and its adaptive attackers too
+            if cell.family == "pretrained":
+                result = audit_pretrained(cell.config)
+            else:
+                result = run_training(cell.config, extra_callbacks=[adaptive] if adaptive else [])
         seconds.append(time.perf_counter() - start)
         rows[index] = {**cell_row(cell, result), "adaptive": adaptive.result if adaptive else None,
                        "cell_seconds": seconds[-1]}

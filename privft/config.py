@@ -13,6 +13,7 @@ import yaml
 from privft.io import atomic_write_text
 
 T = TypeVar("T")
+SAVED_BEFORE = "saved_before"  # field metadata: the value of a setting in configs saved before it existed
 
 
 class ConfigError(ValueError):
@@ -47,18 +48,18 @@ def to_dict(config: Any) -> dict[str, Any]:
     return plain(dataclasses.asdict(config))
 
 
-def _convert(value: Any, annotation: Any, where: str) -> Any:
+def _convert(value: Any, annotation: Any, where: str, saved: bool = False) -> Any:
     """Build a value of type `annotation` from plain YAML data."""
     origin = typing.get_origin(annotation)
     if origin in (typing.Union, types.UnionType):
         options = [a for a in typing.get_args(annotation) if a is not type(None)]
         if value is None:
             return None
-        return _convert(value, options[0], where) if len(options) == 1 else value
+        return _convert(value, options[0], where, saved) if len(options) == 1 else value
     if dataclasses.is_dataclass(annotation):
         if not isinstance(value, dict):
             raise ConfigError(f"{where} must be a mapping of {annotation.__name__} fields, got {value!r}.")
-        return from_dict(annotation, value, where)
+        return from_dict(annotation, value, where, saved=saved)
     if origin is tuple:
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{where} must be a list, got {value!r}.")
@@ -86,14 +87,21 @@ def _convert(value: Any, annotation: Any, where: str) -> Any:
     return value
 
 
-def from_dict(cls: type[T], data: dict[str, Any], where: str = "config") -> T:
-    """Build dataclass `cls` from a dict, refusing keys it does not have."""
+def from_dict(cls: type[T], data: dict[str, Any], where: str = "config", *, saved: bool = False) -> T:
+    """Build dataclass `cls` from a dict, refusing keys it does not have.
+
+    `saved=True` reads a config a run recorded: a key missing from it takes the field's
+    `SAVED_BEFORE` metadata where it has one (the value runs made before the field existed had),
+    and its default otherwise.
+    """
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(data) - set(fields))
     if unknown:
         raise ConfigError(f"Unknown key(s) {unknown} in {where}; valid keys: {sorted(fields)}.")
+    if saved:
+        data = {**{name: f.metadata[SAVED_BEFORE] for name, f in fields.items() if SAVED_BEFORE in f.metadata}, **data}
     hints = typing.get_type_hints(cls)
-    values = {name: _convert(value, hints[name], f"{where}.{name}") for name, value in data.items()}
+    values = {name: _convert(value, hints[name], f"{where}.{name}", saved) for name, value in data.items()}
     try:
         return cls(**values)
     except SettingError as error:  # a range check of the dataclass itself: name the key as the file spells it

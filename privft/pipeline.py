@@ -16,7 +16,7 @@ from privft.audit import AuditConfig
 from privft.callbacks.audit import PrivacyAuditCallback, write_model_card_section
 from privft.callbacks.canary import CanaryCallback
 from privft.callbacks.soft import SelectiveObfuscationCallback, check_loss_source, prepare_soft
-from privft.config import SettingError, from_dict, require, to_dict
+from privft.config import SAVED_BEFORE, SettingError, from_dict, require, to_dict
 from privft.data import MembershipSplit
 from privft.data.canaries import CanaryPlan
 from privft.data.pii import PII_FORMATS, PIICanaryPlan
@@ -33,6 +33,7 @@ from privft.paraphrase import ParaphraseCache, Paraphraser, build_paraphraser, o
 from privft.paraphrase.obfuscate import MODES
 from privft.paraphrase.registry import PARAPHRASERS, get_paraphraser
 from privft.report import AuditReport, package_versions
+from privft.scoring import check_start_rule, start_token_record, start_token_rule
 from privft.training import FinetuneSettings, build_trainer, last_complete_checkpoint, tokenize_for_training
 from privft.training_record import DPRecord, SoftRecord, TrainingRecord
 
@@ -149,8 +150,13 @@ class RunConfig:
     audit_every_n_epochs: int | None = None
     dp: DPSettings = field(default_factory=DPSettings)
     gate: GatePolicy | None = None  # release criteria checked at the end of the run ({} for the default policy)
+    # The token every text starts from, in training and scoring (privft.scoring.start_token_rule): "auto" (the
+    # tokenizer's own prepended token, else <|endoftext|>, else EOS), "bos-else-eos" (runs saved before this setting
+    # existed used it), or a token's string.
+    start_token: str = field(default="auto", metadata={SAVED_BEFORE: "bos-else-eos"})
 
     def __post_init__(self) -> None:
+        check_start_rule(self.start_token)
         if self.dp.target_epsilon is not None and self.training.lora is None:
             raise ValueError("dp.target_epsilon is set but training.lora is null: DP-LoRA trains LoRA adapters only; "
                              "set training.lora or drop dp.target_epsilon.")
@@ -261,7 +267,7 @@ def check_output_dir(out: Path, config: RunConfig) -> None:
     if not manifest.exists():
         return
     try:
-        previous = from_dict(RunConfig, json.loads(manifest.read_text(encoding="utf-8"))["config"])
+        previous = from_dict(RunConfig, json.loads(manifest.read_text(encoding="utf-8"))["config"], saved=True)
     except (ValueError, KeyError, TypeError):  # unreadable, or from a config this version no longer knows
         previous = None
     if previous != config:
@@ -275,7 +281,15 @@ def run_training(config: RunConfig, *, split: MembershipSplit | None = None,
 
     A given `split` replaces the one drawn from `config.data`; `extra_callbacks` run after
     privft's own (so at the end of training they see the final audit's cached statistics).
+    Every text starts from the token `config.start_token` chooses.
     """
+    with start_token_rule(config.start_token):
+        return _train_and_audit(config, split, extra_callbacks)
+
+
+def _train_and_audit(config: RunConfig, split: MembershipSplit | None,
+                     extra_callbacks: Sequence[TrainerCallback]) -> RunResult:
+    """`run_training`'s steps, under the run's start-token rule."""
     out = Path(config.training.output_dir)
     check_output_dir(out, config)
     split = split or load_split(config.data)
@@ -288,6 +302,7 @@ def run_training(config: RunConfig, *, split: MembershipSplit | None = None,
     split.save(out / "split.json")
     atomic_write_text(out / "manifest.json", json.dumps({
         "config": to_dict(config), "versions": package_versions(), "split": "split.json",
+        "start_token": start_token_record(tokenizer),
         "canaries": plan.to_dict() if plan else None,
         "canaries_included": list(plan.included()) if plan else None}, indent=1))
 

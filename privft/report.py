@@ -145,6 +145,7 @@ class AuditReport:
     epsilon_audit: dict | None = None  # one-run ε lower bound (privft.callbacks.one_run), with one_run canaries
     dataset_inference: dict | None = None  # DatasetInferenceResult.to_dict(), when AuditConfig.dataset_inference
     training: TrainingRecord | None = None  # how the model was trained and defended (`privft train` fills it)
+    start_token: dict | None = None  # the token every text was scored after: rule, token, id (run_audit fills it)
     created: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
     versions: dict[str, str] = field(default_factory=package_versions)
 
@@ -192,6 +193,7 @@ class AuditReport:
             "versions": self.versions,
             "distribution_shift": self.distribution_shift,
             "training_steps": self.training_steps,
+            "start_token": self.start_token,
             "warnings": self.warnings,
             "blind_baseline": self.blind_baseline.to_dict(),
             "attacks": {name: m.to_dict() for name, m in self.attacks.items()},
@@ -217,7 +219,9 @@ class AuditReport:
             f"## Membership-inference audit: {self.model}",
             "",
             f"{self.split['n_members']} members vs {self.split['n_non_members']} non-members "
-            f"(split: {self.split['source']}, seed {self.split['seed']}); reference: {self.reference or 'none'}.",
+            f"(split: {self.split['source']}, seed {self.split['seed']}); reference: {self.reference or 'none'}"
+            + (f"; every text scored after `{self.start_token['token']}` (start_token: {self.start_token['rule']})."
+               if self.start_token else "."),
             "",
             *([self.training.markdown(), ""] if self.training else []),
             *(["### Warnings", "", *[f"- {w}" for w in self.warnings], ""] if self.warnings else []),

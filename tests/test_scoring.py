@@ -11,7 +11,15 @@ from peft import LoraConfig, get_peft_model
 
 from privft import scoring
 from privft.attacks import min_k_plus_plus_score
-from privft.scoring import ScoringError, StatsCache, model_fingerprint, score_losses, score_texts
+from privft.scoring import (
+    ScoringError,
+    StatsCache,
+    model_fingerprint,
+    score_losses,
+    score_texts,
+    start_token,
+    start_token_rule,
+)
 
 
 def _mixed_lengths(local_texts: list[str]) -> list[str]:
@@ -221,8 +229,27 @@ def test_cache_keys_follow_the_tokenizer_and_never_run_fields_together(tiny_mode
     [full] = score_texts(tiny_model, tokenizer, ["hello world|loss-only"], cache=cache)
     [loss_only] = score_texts(tiny_model, tokenizer, ["hello world"], cache=cache, distribution=False)
     assert loss_only.n_bytes == len("hello world") and loss_only.n_tokens < full.n_tokens
-    other = copy.deepcopy(tokenizer)
-    other.bos_token = other.pad_token  # another start token: other statistics, so another cache entry
     [plain] = score_texts(tiny_model, tokenizer, ["hello world"], cache=cache)
-    [restarted] = score_texts(tiny_model, other, ["hello world"], cache=cache)
+    with start_token_rule("<pad>"):  # another start token: other statistics, so another cache entry
+        [restarted] = score_texts(tiny_model, tokenizer, ["hello world"], cache=cache)
     assert not np.array_equal(plain.token_logprobs, restarted.token_logprobs)
+
+
+def test_the_start_token_is_the_tokenizers_own_else_the_document_separator_else_eos(tokenizer):
+    from tokenizers import processors
+
+    vocab = tokenizer.get_vocab()
+    assert start_token(tokenizer) == vocab["<|endoftext|>"]  # the separator, whatever BOS says
+    chat = copy.deepcopy(tokenizer)
+    chat.add_special_tokens({"bos_token": "<|im_start|>"})
+    assert start_token(chat) == vocab["<|endoftext|>"] and start_token(chat, "bos-else-eos") == chat.bos_token_id
+    prepending = copy.deepcopy(chat)  # a tokenizer that puts its BOS before every text itself (Llama's)
+    prepending.backend_tokenizer.post_processor = processors.TemplateProcessing(
+        single="<|im_start|> $A", special_tokens=[("<|im_start|>", chat.bos_token_id)])
+    assert start_token(prepending) == chat.bos_token_id
+    with start_token_rule("<pad>"):
+        assert start_token(tokenizer) == vocab["<pad>"]
+    with pytest.raises(ScoringError, match=r"start_token='<\|nope\|>' is not a token of"):
+        start_token(tokenizer, "<|nope|>")
+    with pytest.raises(ValueError, match="start_token=.. must be one of auto, bos-else-eos or a token"):
+        start_token_rule("").__enter__()

@@ -434,7 +434,7 @@ def test_a_configuration_measured_as_ineffective_warns_where_it_is_configured():
     from privft.pipeline import SoftSettings
 
     with pytest.warns(UserWarning, match=r"barely protects: strongest-attack AUC 0.980 → 0.960.*compare.md"):
-        SoftSettings(rule="paper", paraphraser_options={"fraction": 0.5}, mode="prefix+rewrite")  # the demo's
+        SoftSettings(rule="paper", paraphraser_options={"fraction": 0.5}, mode="prefix+rewrite")  # the earlier demo's
     with pytest.warns(UserWarning, match=r"costs more utility than fine-tuning gains.*soft-study.md"):
         SoftSettings(rule="release")  # the defaults with the release rule: the study's centre
     with pytest.warns(UserWarning, match=r"perplexity 57.98 against 23.41 before fine-tuning"):

@@ -16,13 +16,13 @@ from privft.attacks import blind_baseline_scores
 from privft.audit import AuditConfig, run_audit
 from privft.callbacks.audit import PrivacyAuditCallback
 from privft.cli import main
-from privft.config import ConfigError, load_yaml
+from privft.config import ConfigError, from_dict, load_yaml
 from privft.data import DataError, MembershipSplit
 from privft.metrics import evaluate_attack
 from privft.models import ModelNotFoundError, load_model
 from privft.pipeline import DataSettings, RunConfig, check_output_dir, load_split, run_training
 from privft.report import AuditReport, PerplexityResult
-from privft.scoring import ScoringError, StatsCache, score_texts
+from privft.scoring import ScoringError, StatsCache, score_texts, start_token_rule
 from privft.training import tokenize_for_training
 
 
@@ -152,6 +152,35 @@ def test_the_corrected_config_then_runs_in_the_same_folder(model_dir, local_text
     config = load_yaml(RunConfig, tmp_path / "run.yaml")
     check_output_dir(out, config)  # not "holds another run"
     assert run_training(config).report.training_steps == 3
+
+
+# 10. The start token is the model's document boundary, configurable and recorded.
+
+def test_the_start_token_is_configured_once_recorded_and_used_for_training_and_scoring(model_dir, local_texts,
+                                                                                        tokenizer, tmp_path):
+    (tmp_path / "texts.json").write_text(json.dumps([t[:200] for t in local_texts if len(t) >= 150][:60]))
+    settings = (f"model: {model_dir}\ndata:\n  corpus: null\n  path: {tmp_path / 'texts.json'}\n  n_members: 20\n"
+                f"  n_non_members: 20\n  n_validation: 5\naudit:\n  attacks: [loss]\n  n_bootstrap: 20\n"
+                f"training:\n  epochs: 1\n  max_length: 128\n  output_dir: {tmp_path / 'run'}\n")
+    (tmp_path / "run.yaml").write_text(settings + "start_token: '<pad>'\n")
+    result = run_training(load_yaml(RunConfig, tmp_path / "run.yaml"))
+    pad = {"rule": "<pad>", "token": "<pad>", "id": tokenizer.pad_token_id}
+    assert result.report.start_token == pad and "scored after `<pad>`" in result.report.to_markdown()
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["start_token"] == pad and manifest["config"]["start_token"] == "<pad>"
+    model, _ = load_model(str(tmp_path / "run" / "model"))
+    with start_token_rule("<pad>"):  # scored again after <pad>: the report's numbers; training starts there too
+        [again] = score_texts(model, tokenizer, [MembershipSplit.load(tmp_path / "run" / "split.json").members[0]])
+        assert tokenize_for_training(tokenizer, ["a text"], None)["input_ids"][0][0] == tokenizer.pad_token_id
+    assert np.isclose(-again.mean_nll, result.report.scores["loss"][0], atol=1e-4)
+
+
+def test_a_saved_config_without_start_token_was_run_with_the_old_rule():
+    saved = {"model": "m"}  # a manifest or cell.json written before the setting existed
+    assert from_dict(RunConfig, saved, saved=True).start_token == "bos-else-eos"
+    assert from_dict(RunConfig, saved).start_token == "auto" and RunConfig().start_token == "auto"
+    with pytest.raises(ConfigError, match="start_token"):
+        from_dict(RunConfig, {"start_token": ""})
 
 
 # 11. Errors in the interface's own words.

@@ -67,8 +67,10 @@ class NeighbourParaphraser(Paraphraser):
         return model_identity(self.model, self.tokenizer)
 
     def settings(self) -> dict[str, Any]:
-        """Fraction, top-k, the device type (its logits differ slightly) and the identity of the model and tokenizer."""
-        return {"fraction": self.fraction, "top_k": self.top_k, "device": self.model.device.type, **self._identity}
+        """Fraction, top-k, the start token, the device type (its logits differ slightly) and the identity of the model
+        and tokenizer."""
+        return {"fraction": self.fraction, "top_k": self.top_k, "start_token": self._start_id,
+                "device": self.model.device.type, **self._identity}
 
     def rewrite(self, text: str, *, seed: int) -> str:
         """`text` with about `fraction` of its eligible words replaced by sampled LM alternatives."""

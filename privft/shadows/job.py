@@ -28,7 +28,7 @@ import numpy as np
 
 from privft.io import atomic_write_bytes, atomic_write_text
 from privft.models import load_model
-from privft.scoring import TokenStats, score_texts
+from privft.scoring import TokenStats, score_texts, start_token_record, start_token_rule
 from privft.shadows.plan import ShadowPlan, plan_sha256
 from privft.training import finetune
 
@@ -66,12 +66,15 @@ def train_shadow(directory: str | os.PathLike[str], index: int, *, overwrite: bo
                                    output_dir=str(path.parent / "trainer"))
     model, tokenizer = load_model(settings.model)
     start = time.perf_counter()
-    model = finetune(model, tokenizer, texts, training)
-    train_seconds = time.perf_counter() - start
-    stats = score_texts(model, tokenizer, plan.texts, batch_size=settings.score_batch_size,
-                        max_length=training.max_length, desc=f"shadow {index}", distribution=False)
+    with start_token_rule(settings.start_token):  # trained and scored after the plan's start token
+        model = finetune(model, tokenizer, texts, training)
+        train_seconds = time.perf_counter() - start
+        stats = score_texts(model, tokenizer, plan.texts, batch_size=settings.score_batch_size,
+                            max_length=training.max_length, desc=f"shadow {index}", distribution=False)
+        start_token = start_token_record(tokenizer)
     atomic_write_text(path.parent / "shadow.json", json.dumps({
         "index": index, "plan_sha256": fingerprint, "n_training_texts": len(texts), "seed": training.seed,
+        "start_token": start_token,
         "train_seconds": train_seconds, "score_seconds": time.perf_counter() - start - train_seconds}, indent=1))
     buffer = io.BytesIO()
     np.save(buffer, loss_windows(stats, settings.window))

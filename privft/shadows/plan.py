@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from privft.config import from_dict, to_dict
+from privft.config import SAVED_BEFORE, from_dict, to_dict
 from privft.data.canaries import CanaryPlan
 from privft.data.pii import plan_from_dict
 from privft.data.sources import load_source
@@ -26,6 +26,7 @@ from privft.io import atomic_write_text
 from privft.models import DEFAULT_MODEL
 from privft.pipeline import CanarySettings, canary_plan
 from privft.report import package_versions
+from privft.scoring import check_start_rule
 from privft.training import FinetuneSettings
 
 PLAN_FORMAT = "privft.shadow-plan"
@@ -57,9 +58,11 @@ class ShadowSettings:
     pool: PoolSettings = field(default_factory=PoolSettings)
     training: FinetuneSettings = field(default_factory=FinetuneSettings)
     canaries: CanarySettings = field(default_factory=CanarySettings)
+    start_token: str = field(default="auto", metadata={SAVED_BEFORE: "bos-else-eos"})  # as RunConfig.start_token
 
     def __post_init__(self) -> None:
         """Check the settings that the plan's balance and the stored windows rely on."""
+        check_start_rule(self.start_token)
         if self.n_shadows < 6:
             raise ValueError(f"The 'n_shadows' parameter of ShadowSettings must be at least 6: each leave-one-out "
                              "fold then keeps 2 IN and 2 OUT shadows per example, the fewest a per-example variance "
@@ -88,7 +91,7 @@ def _stored_plan(path: Path) -> dict | None:
     if not isinstance(record, dict):
         return None
     try:
-        record["settings"] = to_dict(from_dict(ShadowSettings, record["settings"]))
+        record["settings"] = to_dict(from_dict(ShadowSettings, record["settings"], saved=True))
     except (KeyError, TypeError, ValueError):  # not a plan this version can read: it compares as different
         pass
     return {k: v for k, v in record.items() if k != "versions"}
@@ -181,7 +184,8 @@ class ShadowPlan:
             raise ValueError(f"{path}: the texts no longer match their recorded sha256; the plan was edited.")
         keep = np.array([[c == "1" for c in row] for row in record["keep"]], dtype=bool)
         canaries = plan_from_dict(record["canaries"]) if record["canaries"] else None  # a digit or a PII plan
-        return cls(from_dict(ShadowSettings, record["settings"]), record["texts"], record["kinds"], keep, canaries)
+        settings = from_dict(ShadowSettings, record["settings"], saved=True)
+        return cls(settings, record["texts"], record["kinds"], keep, canaries)
 
     def _check_index(self, index: int) -> None:
         if not 0 <= index < self.settings.n_shadows:
