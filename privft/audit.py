@@ -20,7 +20,7 @@ from privft.extraction import ExtractionSettings, run_extraction
 from privft.metrics import DEFAULT_MAX_FPRS, PERPLEXITY_CONVENTION, AttackMetrics, evaluate_attack, perplexity
 from privft.ranks import is_main_rank
 from privft.report import AuditReport, PerplexityResult
-from privft.scoring import StatsCache, TokenStats, score_texts, start_token_record
+from privft.scoring import StatsCache, TokenStats, score_texts, single_token_warning, start_token_record
 
 
 @dataclass
@@ -185,9 +185,13 @@ def run_audit(
     if config.dataset_inference:
         check_set_sizes(len(split.members), len(split.non_members))
     names, notes = select_attacks(config, available_statistics(reference_context is not None, context), same_tok)
+    if split.near_duplicate_warning:  # scored as non-members, they read like members: the report says so
+        notes.append(split.near_duplicate_warning)
     needed = needed_statistics(names)
 
     target_stats = score(model, tokenizer, texts, "target", distribution=True)
+    if single := single_token_warning(texts, [s.n_tokens for s in target_stats]):
+        notes.append(single)
     reference_stats = lowercase_stats = None
     if reference_context is not None and "reference" in needed:
         with reference_context as ref_model:

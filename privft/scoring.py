@@ -277,11 +277,18 @@ def _tokenize(texts: Sequence[str], tokenizer: PreTrainedTokenizerBase) -> list[
             raise ScoringError(f"Text {index} is empty or whitespace-only ({text!r}); drop it before scoring.")
     start = start_token(tokenizer)
     encoded = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
-    single = [i for i, ids in enumerate(encoded) if len(ids) == 1]
-    if single:
-        warnings.warn(f"{len(single)} text(s) are a single token (first: index {single[0]}, "
-                      f"{texts[single[0]]!r}); their scores rest on one prediction.", stacklevel=3)
+    if message := single_token_warning(texts, [len(ids) for ids in encoded]):
+        warnings.warn(message, stacklevel=3)
     return [[start, *ids] for ids in encoded]
+
+
+def single_token_warning(texts: Sequence[str], n_tokens: Sequence[int]) -> str | None:
+    """A warning naming the texts of a single token (their scores rest on one prediction), or None."""
+    single = [i for i, n in enumerate(n_tokens) if n == 1]
+    if not single:
+        return None
+    return (f"{len(single)} text(s) are a single token (first: index {single[0]}, {texts[single[0]]!r}); their scores "
+            "rest on one prediction.")
 
 
 def _prefix_ids(prefix: str | None, tokenizer: PreTrainedTokenizerBase, max_length: int) -> list[int]:

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from transformers import DataCollatorForLanguageModeling, Trainer, TrainingArguments
 
+import privft.data
 import privft.report
 from privft.attacks import blind_baseline_scores
 from privft.audit import AuditConfig, run_audit
@@ -77,6 +78,22 @@ def test_an_audit_after_zero_training_steps_says_so_at_the_top(tiny_model, token
     assert report["training_steps"] == 0 and report["warnings"][0].startswith("NO TRAINING: the model took 0")
     markdown = (tmp_path / "privacy-audit" / "report.md").read_text()
     assert markdown.index("NO TRAINING") < markdown.index("| Attack |")
+
+
+# 4. Warnings reach the report.
+
+def test_near_duplicates_and_single_token_texts_are_warned_about_in_the_report(tiny_model, tokenizer, split):
+    members, non_members = list(split.members), list(split.non_members)
+    non_members[0] = members[0].upper()  # the case variant: the same text to an attack, a non-member to the split
+    non_members[1] = "the"
+    with pytest.warns(privft.data.NearDuplicateWarning):
+        shifted = MembershipSplit(members, non_members, source="pydoc")
+    with pytest.warns(UserWarning, match="single token"):
+        report = run_audit(tiny_model, tokenizer, shifted, config=AuditConfig(attacks=("loss",), n_bootstrap=20))
+    [near] = [w for w in report.warnings if "near_duplicates" in w]
+    assert "non_members[0]~members[0]" in near and near in report.to_markdown()
+    assert any(w.startswith("1 text(s) are a single token (first: index 21, 'the')") for w in report.warnings)
+    assert json.loads(json.dumps(report.to_dict()))["warnings"] == report.warnings
 
 
 # 5. Small audits say they are small.

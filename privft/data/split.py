@@ -85,9 +85,8 @@ class MembershipSplit:
         self._check_settings()
         self._check_disjoint()
         self.near_duplicates = self._find_near_duplicates()
-        if self.near_duplicates:
-            message = self._near_duplicate_message()
-            warnings.warn(message, NearDuplicateWarning, stacklevel=_user_stacklevel())
+        if self.near_duplicate_warning:
+            warnings.warn(self.near_duplicate_warning, NearDuplicateWarning, stacklevel=_user_stacklevel())
 
     @classmethod
     def random(
@@ -247,8 +246,11 @@ class MembershipSplit:
             for hit in near_duplicates(index, getattr(self, side), self.near_duplicate_threshold)
         ]
 
-    def _near_duplicate_message(self) -> str:
-        """Describe the near-duplicates for the warning."""
+    @property
+    def near_duplicate_warning(self) -> str | None:
+        """What the near-duplicates across sides mean for an audit, or None when there are none."""
+        if not self.near_duplicates:
+            return None
         pairs = ", ".join(
             f"{d.side}[{d.index}]~members[{d.member_index}] ({d.overlap:.0%})"
             for d in self.near_duplicates[:SHOWN_PAIRS]
@@ -258,7 +260,7 @@ class MembershipSplit:
             f"{self.source!r} split: {len(self.near_duplicates)} non-member/validation text(s) "
             f"share >= {self.near_duplicate_threshold:.0%} of their {NGRAM_WORDS}-word n-grams "
             f"with the members: {pairs}{more}. An audit would score them like members; drop them "
-            "(see .near_duplicates) or re-draw the split"
+            "(see .near_duplicates) or re-draw the split."
         )
 
 
