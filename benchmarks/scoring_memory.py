@@ -42,7 +42,7 @@ def _peak_mib() -> float:
 @torch.no_grad()
 def _run(kind: str) -> dict[str, float]:
     """Score one batch the `kind` way in this process and return the rise in peak RSS (MiB)."""
-    from privft.scoring import _HeadWorkspace, _score_windows, _Window
+    from privft.scoring.forward import _HeadWorkspace, _score_windows, _Window
 
     model = _model()
     ids = torch.randint(2, VOCAB, (BATCH, LENGTH))

@@ -109,7 +109,7 @@ def test_write_default_refuses_an_existing_config(tmp_path):
 
 def test_the_base_model_is_scored_once_per_grid(config, monkeypatch):
     """The pretrained row's passes are cached; every LoRA cell's reference (adapters off) reads them."""
-    import privft.scoring as scoring
+    import privft.scoring.forward as scoring
 
     passes: list[tuple[str, int]] = []
     real = scoring._score_sequences

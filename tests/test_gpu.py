@@ -15,7 +15,6 @@ from test_scoring import _mixed_lengths
 from test_soft import _args, _obfuscate, texts  # noqa: F401  (texts: the fixture, reused)
 from transformers import DataCollatorForLanguageModeling, Trainer
 
-from privft import scoring
 from privft.audit import AuditConfig
 from privft.callbacks import CanaryCallback, PrivacyAuditCallback, prepare_soft
 from privft.data import MembershipSplit
@@ -23,6 +22,7 @@ from privft.data.canaries import CanaryPlan
 from privft.dp import make_private
 from privft.dp.engine import NOISE, SAMPLING
 from privft.models import build_tiny_llama
+from privft.scoring import forward as scoring
 from privft.scoring import score_texts
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]

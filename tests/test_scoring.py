@@ -9,7 +9,6 @@ import pytest
 import torch
 from peft import LoraConfig, get_peft_model
 
-from privft import scoring
 from privft.attacks import min_k_plus_plus_score
 from privft.scoring import (
     ScoringError,
@@ -20,6 +19,7 @@ from privft.scoring import (
     start_token,
     start_token_rule,
 )
+from privft.scoring import forward as scoring
 
 
 def _mixed_lengths(local_texts: list[str]) -> list[str]:
@@ -126,7 +126,7 @@ def test_statistics_match_float64_on_hard_distributions():
     mu = (logp.exp() * logp).sum(-1)
     sigma = (logp.exp() * (logp - mu[:, None]) ** 2).sum(-1).sqrt()
     target_logp, mean, std = scoring._statistics(logits.clone(), targets, torch.empty_like(logits))
-    (loss_only,) = scoring._target_logprobs(logits.clone(), targets)
+    loss_only = scoring._target_logprobs(logits.clone(), targets).logprob
     expected_target = logp.gather(1, targets[:, None]).squeeze(1)
     np.testing.assert_allclose(target_logp.double(), expected_target, atol=1e-5)
     np.testing.assert_allclose(loss_only.double(), expected_target, atol=1e-5)

@@ -1,6 +1,6 @@
 """One batched, padding-safe forward pass per text: the token statistics every audit attack needs.
 
-Each text is scored after a BOS token, so every one of its tokens gets a prediction and the
+Each text is scored after one start token (`privft.scoring.start`), so every one of its tokens gets a prediction and the
 summed NLL is the text's full code length (which makes bits-per-byte comparable across
 tokenizers). Texts longer than the context are scored with sliding windows: each token is
 predicted exactly once, with at least ``max_length - stride`` tokens of context. The head is
@@ -11,160 +11,27 @@ its full logits tensor.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
-import math
-import os
 import warnings
-import zipfile
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import NamedTuple
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from privft.config import require
-from privft.io import atomic_write_bytes
 from privft.ranks import gather_shares, is_main_rank, rank_and_world
+from privft.scoring.cache import StatsCache, model_fingerprint, tokenizer_fingerprint
+from privft.scoring.start import start_token
+from privft.scoring.stats import ScoringError, TokenStats, single_token_warning
 
 DEFAULT_MAX_LENGTH = 1024
 HEAD_CHUNK_ELEMENTS = 2**22  # logits per head block: 16 MiB of fp32, one buffer reused for every block of a run
 STATISTICS_CHUNK_ELEMENTS = 2**18  # logits per statistics slice: 1 MB, so its passes stay in cache
 MIN_STATISTICS_ROWS = 16  # thinner slices fragment the heap: tiny blocks of a 49k vocabulary grew RSS by GBs
-RUNTIME_CONFIG_KEYS = frozenset({"use_cache"})  # config flags that change no score (the Trainer turns use_cache off)
 CANCELLATION_LIMIT = 100.0  # E_p[z']² / σ² above which σ is recomputed centred (≤ ~1e-5 relative error)
-
-
-@dataclass(frozen=True)
-class TokenStats:
-    """Per-text statistics from one forward pass; all arrays are float32 of length n_tokens.
-
-    μ and σ are None when the text was scored for its loss alone (``score_texts(..., distribution=False)``).
-    """
-
-    token_logprobs: np.ndarray  # log p(x_t | x_<t) of each token of the text
-    mean_logprob: np.ndarray | None  # μ_t = E_{v~p(·|x_<t)} log p(v): the model's own expected log p
-    std_logprob: np.ndarray | None  # σ_t: standard deviation of log p(v) under the same distribution
-    n_bytes: int  # UTF-8 length of the text
-
-    @property
-    def n_tokens(self) -> int:
-        """Number of scored tokens (all tokens of the text)."""
-        return int(self.token_logprobs.shape[0])
-
-    @property
-    def nll_sum(self) -> float:
-        """Total negative log-likelihood of the text in nats."""
-        return float(-self.token_logprobs.astype(np.float64).sum())
-
-    @property
-    def mean_nll(self) -> float:
-        """Per-token loss: the mean negative log-likelihood in nats."""
-        return self.nll_sum / self.n_tokens
-
-    @property
-    def bits_per_byte(self) -> float:
-        """Code length of the text in bits per UTF-8 byte; comparable across tokenizers."""
-        return self.nll_sum / math.log(2) / self.n_bytes
-
-
-class ScoringError(ValueError):
-    """A text cannot be scored as given."""
-
-
-def _adapters_off(model: PreTrainedModel) -> bool:
-    """Whether `model` carries peft adapter layers and every one of them is disabled and unmerged."""
-    layers = [m for m in model.modules() if hasattr(m, "disable_adapters") and hasattr(m, "active_adapters")]
-    return bool(layers) and all(m.disable_adapters and not getattr(m, "merged", False) for m in layers)
-
-
-def _base_weight_name(name: str) -> str | None:
-    """A peft model's parameter name as the bare base model names it; None for an adapter's own weights."""
-    if ".lora_" in name or name.startswith("lora_"):
-        return None
-    return name.removeprefix("base_model.model.").replace(".base_layer.", ".")
-
-
-def model_fingerprint(model: PreTrainedModel) -> str:
-    """A digest of the weights that decide the model's outputs, so cached statistics follow the model.
-
-    A peft model whose adapters are all disabled (and unmerged) computes exactly its base model,
-    so it gets the base model's fingerprint: every LoRA cell of a grid then reads the base
-    model's cached reference pass instead of repeating it.
-    """
-    base_only = _adapters_off(model)
-    digest = hashlib.sha256(str(getattr(model, "name_or_path", "")).encode())
-    for name, tensor in model.state_dict().items():
-        name = _base_weight_name(name) if base_only else name
-        if name is None:
-            continue
-        digest.update(name.encode())
-        digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
-    # peft's set_scale() and merging leave the state dict's keys alone; the flags and scales tell them apart.
-    for name, module in () if base_only else model.named_modules():
-        if hasattr(module, "disable_adapters") and hasattr(module, "active_adapters"):
-            state = (module.disable_adapters, module.active_adapters, getattr(module, "scaling", None),
-                     getattr(module, "merged", None))
-            digest.update(f"{name}:{state}".encode())
-    config = {k: v for k, v in model.config.to_dict().items() if k not in RUNTIME_CONFIG_KEYS}
-    digest.update(json.dumps(config, sort_keys=True, default=str).encode())  # e.g. rope_theta, which no weight records
-    return digest.hexdigest()[:32]
-
-
-def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> str:
-    """A digest of how `tokenizer` maps text to ids (its full definition, or its vocabulary) and of its start token."""
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    definition = backend.to_str() if backend is not None else json.dumps(sorted(tokenizer.get_vocab().items()))
-    return hashlib.sha256(f"{definition}|{start_token(tokenizer)}".encode()).hexdigest()[:32]
-
-
-class StatsCache:
-    """On-disk cache of TokenStats, one .npz per (model, scoring settings, text)."""
-
-    def __init__(self, directory: str | os.PathLike[str]) -> None:
-        self.directory = Path(directory)
-
-    def _path(self, key: str) -> Path:
-        return self.directory / key[:2] / f"{key}.npz"
-
-    def get(self, key: str) -> TokenStats | None:
-        """The cached statistics under `key`, or None; an unreadable entry is named in a warning and deleted."""
-        path = self._path(key)
-        if not path.exists():
-            return None
-        try:
-            with np.load(path, allow_pickle=False) as data:  # never unpickle what a file in a cache folder says
-                return _stats_from_entry(data)
-        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as error:
-            warnings.warn(f"Cache entry {path} is unreadable ({type(error).__name__}: {error}); deleted, and its "
-                          "statistics are recomputed.", stacklevel=2)
-            path.unlink(missing_ok=True)
-            return None
-
-    def put(self, key: str, stats: TokenStats) -> None:
-        """Store statistics atomically (a crash never leaves a half-written entry)."""
-        buffer = io.BytesIO()
-        distribution = {} if stats.mean_logprob is None else {"mu": stats.mean_logprob, "sigma": stats.std_logprob}
-        np.savez(buffer, lp=stats.token_logprobs, n_bytes=stats.n_bytes, **distribution)
-        atomic_write_bytes(self._path(key), buffer.getvalue())
-
-
-def _stats_from_entry(data: np.lib.npyio.NpzFile) -> TokenStats:
-    """TokenStats from a cache entry's arrays, refusing (ValueError, KeyError) any array of the wrong kind."""
-    lp, n_bytes = data["lp"], data["n_bytes"]
-    distribution = ("mu" in data.files, "sigma" in data.files)
-    mu, sigma = (data["mu"], data["sigma"]) if all(distribution) else (None, None)
-    arrays = [a for a in (lp, mu, sigma) if a is not None]
-    if (any(distribution) != all(distribution) or n_bytes.shape != () or n_bytes.dtype.kind not in "iu"
-            or any(a.dtype != np.float32 or a.shape != lp.shape or a.ndim != 1 for a in arrays)):
-        raise ValueError("its arrays are not those privft writes")
-    return TokenStats(lp, mu, sigma, int(n_bytes))
 
 
 @dataclass(frozen=True)
@@ -204,72 +71,6 @@ def _context_length(model: PreTrainedModel, max_length: int | None) -> int:
     return max_length
 
 
-START_RULES = ("auto", "bos-else-eos")  # besides these, a start token may be named by its string
-DOCUMENT_SEPARATOR = "<|endoftext|>"  # GPT-2's, Llama 3's and SmolLM2's separator between pretraining documents
-_start_rule: ContextVar[str] = ContextVar("privft_start_token", default="auto")
-
-
-@contextmanager
-def start_token_rule(rule: str) -> Iterator[None]:
-    """Within the block, every text privft scores or trains on starts from the token `rule` chooses.
-
-    `rule` is "auto" (the default: the token the tokenizer itself prepends, if it adds one;
-    else the document separator ``<|endoftext|>`` where the vocabulary has it; else EOS),
-    "bos-else-eos" (privft's rule before 2026-12-01; for SmolLM2 the chat-role token
-    ``<|im_start|>``), or a token's string, such as ``"<|endoftext|>"``. Like
-    `sklearn.config_context`, it applies to the current thread and context only.
-    """
-    check_start_rule(rule)
-    token = _start_rule.set(rule)
-    try:
-        yield
-    finally:
-        _start_rule.reset(token)
-
-
-def check_start_rule(rule: str) -> None:
-    """Refuse a start-token rule that is neither a known rule nor a non-empty token string."""
-    require(isinstance(rule, str) and bool(rule.strip()), "start_token", rule,
-            f"must be one of {', '.join(START_RULES)} or a token's string, such as '<|endoftext|>'.")
-
-
-def start_token(tokenizer: PreTrainedTokenizerBase, rule: str | None = None) -> int:
-    """The id every scored (and trained) text starts from, under `rule` (default: the active `start_token_rule`)."""
-    rule = rule or _start_rule.get()
-    if rule == "bos-else-eos":
-        start = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
-    elif rule == "auto":
-        start = _prepended_token(tokenizer)
-        if start is None:
-            start = tokenizer.get_vocab().get(DOCUMENT_SEPARATOR, tokenizer.eos_token_id)
-        if start is None:
-            start = tokenizer.bos_token_id
-    else:
-        start = tokenizer.get_vocab().get(rule)
-        if start is None:
-            raise ScoringError(f"start_token={rule!r} is not a token of {tokenizer.name_or_path or 'the tokenizer'}; "
-                               f"name one of its tokens, or use {' or '.join(START_RULES)}.")
-    if start is None:
-        raise ScoringError("The tokenizer has neither a BOS nor an EOS token, so the first token of a "
-                           "text cannot be scored; set tokenizer.bos_token, or start_token to one of its tokens.")
-    return start
-
-
-def start_token_record(tokenizer: PreTrainedTokenizerBase) -> dict[str, Any]:
-    """The active rule and the token it chooses for `tokenizer`, as reports and manifests record it."""
-    start = start_token(tokenizer)
-    return {"rule": _start_rule.get(), "token": tokenizer.convert_ids_to_tokens(start), "id": start}
-
-
-def _prepended_token(tokenizer: PreTrainedTokenizerBase) -> int | None:
-    """The special token the tokenizer puts before a text on its own (add_special_tokens=True), if any."""
-    plain = tokenizer("a", add_special_tokens=False)["input_ids"]
-    framed = tokenizer("a", add_special_tokens=True)["input_ids"]
-    if len(framed) > len(plain) and framed[-len(plain):] == plain and framed[0] in tokenizer.all_special_ids:
-        return framed[0]
-    return None
-
-
 def _tokenize(texts: Sequence[str], tokenizer: PreTrainedTokenizerBase) -> list[list[int]]:
     """BOS-prefixed token ids per text, refusing empty texts and warning on single-token ones."""
     for index, text in enumerate(texts):
@@ -280,15 +81,6 @@ def _tokenize(texts: Sequence[str], tokenizer: PreTrainedTokenizerBase) -> list[
     if message := single_token_warning(texts, [len(ids) for ids in encoded]):
         warnings.warn(message, stacklevel=3)
     return [[start, *ids] for ids in encoded]
-
-
-def single_token_warning(texts: Sequence[str], n_tokens: Sequence[int]) -> str | None:
-    """A warning naming the texts of a single token (their scores rest on one prediction), or None."""
-    single = [i for i, n in enumerate(n_tokens) if n == 1]
-    if not single:
-        return None
-    return (f"{len(single)} text(s) are a single token (first: index {single[0]}, {texts[single[0]]!r}); their scores "
-            "rest on one prediction.")
 
 
 def _prefix_ids(prefix: str | None, tokenizer: PreTrainedTokenizerBase, max_length: int) -> list[int]:
@@ -324,8 +116,19 @@ def _shifted_exponentials(logits: torch.Tensor, targets: torch.Tensor, weights: 
     return target_logit, weights.sum(dim=-1)
 
 
-def _statistics(logits: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor
-                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+class TokenArrays(NamedTuple):
+    """One pass's per-token arrays (tensors on the device, then numpy): log p(target), μ and σ (None: loss only)."""
+
+    logprob: torch.Tensor | np.ndarray
+    mean: torch.Tensor | np.ndarray | None = None
+    std: torch.Tensor | np.ndarray | None = None
+
+    def present(self) -> list[torch.Tensor | np.ndarray]:
+        """The arrays this pass computed, in field order."""
+        return [array for array in self if array is not None]
+
+
+def _statistics(logits: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor) -> TokenArrays:
     """log p(target), μ and σ from a block of fp32 logits z, overwritten in place; `weights` is scratch of its shape.
 
     With z' = z − max z, w = exp z' and W = Σ w: log p = z' − log W, μ = E_p[z'] − log W and
@@ -345,13 +148,13 @@ def _statistics(logits: torch.Tensor, targets: torch.Tensor, weights: torch.Tens
         centred = rows - mean_logit[ill_conditioned, None]
         variance[ill_conditioned] = (rows_weights * centred.square()).sum(dim=-1) / rows_weights.sum(dim=-1)
     log_total = total.log()
-    return target_logit - log_total, mean_logit - log_total, variance.clamp_min(0).sqrt()
+    return TokenArrays(target_logit - log_total, mean_logit - log_total, variance.clamp_min(0).sqrt())
 
 
-def _target_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor]:
+def _target_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> TokenArrays:
     """log p(target) alone from a block of fp32 logits, overwritten in place: no μ or σ."""
     target_logit, total = _shifted_exponentials(logits, targets, logits)  # nothing reads z' after the exp
-    return (target_logit - total.log(),)
+    return TokenArrays(target_logit - total.log())
 
 
 @dataclass(frozen=True)
@@ -385,7 +188,7 @@ def _logits(head: torch.nn.Module, rows: torch.Tensor, buffer: torch.Tensor) -> 
 
 @torch.no_grad()
 def _head_statistics(head: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor, distribution: bool,
-                     workspace: _HeadWorkspace) -> tuple[torch.Tensor, ...]:
+                     workspace: _HeadWorkspace) -> TokenArrays:
     """log p(target), and with `distribution` also μ and σ of log p, for each hidden row, in fp32.
 
     The head runs on blocks of rows (a few large matrix products); the statistics then walk
@@ -402,12 +205,12 @@ def _head_statistics(head: torch.nn.Module, hidden: torch.Tensor, targets: torch
             part, part_targets = logits[i:i + slice_rows], block_targets[i:i + slice_rows]
             pieces.append(_statistics(part, part_targets, workspace.weights[:part.numel()].view_as(part))
                           if distribution else _target_logprobs(part, part_targets))
-    return tuple(torch.cat(stat) for stat in zip(*pieces))
+    return _joined(pieces, torch.cat)
 
 
 @torch.no_grad()
 def _score_windows(model: PreTrainedModel, windows: list[_Window], pad_id: int, distribution: bool,
-                   workspace: _HeadWorkspace) -> list[tuple[np.ndarray, ...]]:
+                   workspace: _HeadWorkspace) -> list[TokenArrays]:
     """Statistics for the scored targets of each window in one right-padded batch."""
     device = next(model.parameters()).device
     width = max(len(w.input_ids) for w in windows)
@@ -423,8 +226,8 @@ def _score_windows(model: PreTrainedModel, windows: list[_Window], pad_id: int, 
     stats = _head_statistics(model.get_output_embeddings(), hidden[rows, positions - 1], ids[rows, positions],
                              distribution, workspace)
     splits = np.cumsum([len(w.input_ids) - w.first_target for w in windows])[:-1]
-    host = torch.stack(stats).cpu().numpy()  # fp32 already (the head's block buffer); one device-to-host copy
-    return list(zip(*(np.split(stat, splits) for stat in host)))
+    host = torch.stack(stats.present()).cpu().numpy()  # fp32 already (the head's block buffer); one copy to the host
+    return [TokenArrays(*window) for window in zip(*(np.split(stat, splits) for stat in host))]
 
 
 def _check_window(model: PreTrainedModel, max_length: int | None, stride: int | None) -> tuple[int, int]:
@@ -439,7 +242,7 @@ def _check_window(model: PreTrainedModel, max_length: int | None, stride: int | 
 
 def _score_sequences(model: PreTrainedModel, sequences: dict[int, list[int]], *, pad_id: int, batch_size: int,
                      max_length: int, stride: int, distribution: bool, desc: str, first_target: int = 1,
-                     pinned: Sequence[int] = (), shard: bool = False) -> dict[int, tuple[np.ndarray, ...]]:
+                     pinned: Sequence[int] = (), shard: bool = False) -> dict[int, TokenArrays]:
     """Per-token statistics of each sequence from `first_target` on, read after `pinned`, keyed as given (eval mode).
 
     With `shard`, every rank forms the same batches, scores batches rank, rank + world, … and
@@ -451,7 +254,7 @@ def _score_sequences(model: PreTrainedModel, sequences: dict[int, list[int]], *,
     batches = [windows[start:start + batch_size] for start in range(0, len(windows), batch_size)]
     rank, world = rank_and_world() if shard else (0, 1)
 
-    def score_share() -> dict[tuple[int, int], tuple[np.ndarray, ...]]:
+    def score_share() -> dict[tuple[int, int], TokenArrays]:
         scored = {}
         mine = batches[rank::world]  # length-sorted, so neighbouring ranks get batches of about the same cost
         workspace = _HeadWorkspace.for_model(model)
@@ -465,13 +268,17 @@ def _score_sequences(model: PreTrainedModel, sequences: dict[int, list[int]], *,
             model.train(was_training)
         return scored
 
-    pieces: dict[int, dict[int, tuple[np.ndarray, ...]]] = {i: {} for i in sequences}
+    pieces: dict[int, dict[int, TokenArrays]] = {i: {} for i in sequences}
     for share in gather_shares(score_share) if shard else [score_share()]:
         for (text_index, order), stats in share.items():
             pieces[text_index][order] = stats
     # Windows of one text were scored in arbitrary order; reassemble them left to right.
-    return {i: tuple(np.concatenate(stat) for stat in zip(*(by_order[o] for o in sorted(by_order))))
-            for i, by_order in pieces.items()}
+    return {i: _joined([by_order[o] for o in sorted(by_order)], np.concatenate) for i, by_order in pieces.items()}
+
+
+def _joined(pieces: list[TokenArrays], concatenate: Callable) -> TokenArrays:
+    """The pieces' arrays concatenated field by field (a field no piece computed stays None)."""
+    return TokenArrays(*(None if parts[0] is None else concatenate(parts) for parts in zip(*pieces)))
 
 
 def _pad_id(tokenizer: PreTrainedTokenizerBase) -> int:
@@ -530,9 +337,8 @@ def score_texts(
     scored = _score_sequences(model, {i: sequences[i] for i in missing}, pad_id=_pad_id(tokenizer),
                               batch_size=batch_size, max_length=max_length, stride=stride, distribution=distribution,
                               desc=desc, first_target=first_target, pinned=pinned, shard=shard)
-    for i, (lp, *mu_sigma) in scored.items():
-        mu, sigma = mu_sigma or (None, None)
-        results[i] = TokenStats(lp, mu, sigma, len(texts[i].encode("utf-8")))
+    for i, arrays in scored.items():
+        results[i] = TokenStats(arrays.logprob, arrays.mean, arrays.std, len(texts[i].encode("utf-8")))
     _check_finite(results)  # before caching: a broken model's scores are never stored
     if cache is not None and (not shard or is_main_rank()):
         for i in scored:
