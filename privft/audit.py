@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -133,6 +134,76 @@ def needed_statistics(names: Sequence[str]) -> set[str]:
     return set().union(*(ATTACKS[name].needs for name in readers))
 
 
+@dataclass
+class AuditReference:
+    """What the reference attacks compare the target with: a model (entered as a context), its tokenizer, its name."""
+
+    name: str | None  # as the report names it; None without a reference
+    model: contextlib.AbstractContextManager[PreTrainedModel] | None
+    tokenizer: PreTrainedTokenizerBase
+    same_tokenizer: bool  # whether per-token ratios are defined (the ref_ratio rule)
+
+
+def audit_reference(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, reference: PreTrainedModel | None,
+                    reference_tokenizer: PreTrainedTokenizerBase | None) -> AuditReference:
+    """The given reference, else a peft target with its adapters disabled, else none."""
+    reference_tokenizer = reference_tokenizer or tokenizer
+    same = same_tokenizer(tokenizer, reference_tokenizer)
+    if reference is not None:
+        return AuditReference(getattr(reference, "name_or_path", "reference model"), contextlib.nullcontext(reference),
+                              reference_tokenizer, same)
+    if is_peft_model(model):
+        return AuditReference("base model (adapters disabled)", _as_reference(model), reference_tokenizer, same)
+    return AuditReference(None, None, reference_tokenizer, same)
+
+
+@dataclass
+class AuditPasses:
+    """The statistics of every forward pass an audit's attacks read, one `TokenStats` per text."""
+
+    target: list[TokenStats]  # with μ and σ (Min-K%++)
+    reference: list[TokenStats] | None
+    lowercase: list[TokenStats] | None
+    held_out: list[TokenStats]  # perplexity: the validation texts, else the non-members
+    context: dict[str, Any]  # ReCaLL, CON-ReCaLL and neighbourhood statistics (`AuditContext.statistics`)
+
+
+def score_passes(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, split: MembershipSplit,
+                 reference: AuditReference, context: AuditContext, needed: set[str], config: AuditConfig,
+                 shard: bool = False) -> AuditPasses:
+    """Score only the passes the attacks read, each text once per model, through one cached scorer."""
+    texts, _ = split.labels_and_texts()
+    cache = StatsCache(config.cache_dir) if config.cache_dir else None
+
+    def score(m: PreTrainedModel, tok: PreTrainedTokenizerBase, items: Sequence[str], desc: str,
+              prefix: str | None = None, distribution: bool = False) -> list[TokenStats]:
+        return score_texts(m, tok, items, batch_size=config.batch_size, max_length=config.max_length,
+                           stride=config.stride, cache=cache, desc=desc, prefix=prefix, distribution=distribution,
+                           shard=shard)
+
+    target = score(model, tokenizer, texts, "target", distribution=True)  # the only pass Min-K%++ reads μ, σ of
+    reference_stats = lowercase = None
+    if reference.model is not None and "reference" in needed:
+        with reference.model as reference_model:
+            reference_stats = score(reference_model, reference.tokenizer, texts, "reference")
+    if "lowercase" in needed:
+        lowercase = score(model, tokenizer, [t.lower() for t in texts], "lowercase")
+    held_out = (score(model, tokenizer, split.validation, "perplexity") if split.validation
+                else target[len(split.members):])
+    extra = context.statistics(texts, lambda items, desc, prefix: score(model, tokenizer, items, desc, prefix), needed)
+    return AuditPasses(target, reference_stats, lowercase, held_out, extra)
+
+
+def measure(name: str, values: np.ndarray, y_true: np.ndarray, config: AuditConfig, notes: list[str]
+            ) -> AttackMetrics:
+    """An attack's metrics on the texts it scored; a note in `notes` says how many it left unscored."""
+    scored = np.isfinite(values)
+    if not scored.all():
+        notes.append(unscored_note(name, y_true, scored))
+    return evaluate_attack(y_true[scored], values[scored], max_fprs=config.max_fprs, n_bootstrap=config.n_bootstrap,
+                           seed=config.seed)
+
+
 def run_audit(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -154,6 +225,9 @@ def run_audit(
     statistics through the same scorer. Attacks that leave texts unscored (NaN: the Ensemble's
     fitting part, a text without usable neighbours) are measured on the rest, with a note giving the counts.
 
+    The steps: the reference (`audit_reference`), the attacks the inputs allow (`select_attacks`),
+    the passes they read (`score_passes`), the attack scores, and the report.
+
     `shard=True` (every rank calls it, under torch.distributed) shares each pass's texts across
     the ranks (`score_texts(shard=True)`); rank 0 computes the attacks and metrics from the
     gathered statistics and returns the report, equal to a single process's; the other ranks
@@ -161,81 +235,43 @@ def run_audit(
     """
     config = config or AuditConfig()
     texts, y_true = split.labels_and_texts()
-    cache = StatsCache(config.cache_dir) if config.cache_dir else None
-
-    def score(m: PreTrainedModel, tok: PreTrainedTokenizerBase, items: Sequence[str], desc: str,
-              prefix: str | None = None, distribution: bool = False) -> list[TokenStats]:
-        # Only the target's own pass needs μ and σ (Min-K%++); every other pass is read for its loss.
-        return score_texts(m, tok, items, batch_size=config.batch_size, max_length=config.max_length,
-                           stride=config.stride, cache=cache, desc=desc, prefix=prefix, distribution=distribution,
-                           shard=shard)
-
-    reference_tokenizer = reference_tokenizer or tokenizer
-    same_tok = same_tokenizer(tokenizer, reference_tokenizer)
-    if reference is not None:
-        reference_name = getattr(reference, "name_or_path", "reference model")
-        reference_context = contextlib.nullcontext(reference)
-    elif is_peft_model(model):
-        reference_name, reference_context = "base model (adapters disabled)", _as_reference(model)
-    else:
-        reference_name, reference_context = None, None
-
+    ref = audit_reference(model, tokenizer, reference, reference_tokenizer)
     context = context or AuditContext()
     context.check(texts)  # before any forward pass
     if config.dataset_inference:
         check_set_sizes(len(split.members), len(split.non_members))
-    names, notes = select_attacks(config, available_statistics(reference_context is not None, context), same_tok)
-    if split.near_duplicate_warning:  # scored as non-members, they read like members: the report says so
-        notes.append(split.near_duplicate_warning)
-    needed = needed_statistics(names)
-
-    target_stats = score(model, tokenizer, texts, "target", distribution=True)
-    if single := single_token_warning(texts, [s.n_tokens for s in target_stats]):
-        notes.append(single)
-    reference_stats = lowercase_stats = None
-    if reference_context is not None and "reference" in needed:
-        with reference_context as ref_model:
-            reference_stats = score(ref_model, reference_tokenizer, texts, "reference")
-    if "lowercase" in needed:
-        lowercase_stats = score(model, tokenizer, [t.lower() for t in texts], "lowercase")
-    if split.validation:
-        held_out_stats = score(model, tokenizer, split.validation, "perplexity")
-    else:
-        held_out_stats = target_stats[len(split.members):]
-
-    extra = context.statistics(texts, lambda items, desc, prefix: score(model, tokenizer, items, desc, prefix), needed)
+    names, notes = select_attacks(config, available_statistics(ref.model is not None, context), ref.same_tokenizer)
+    passes = score_passes(model, tokenizer, split, ref, context, needed_statistics(names), config, shard)
     if shard and not is_main_rank():
         return None  # its share is scored and gathered; rank 0 alone computes the rest
+
     blind = blind_baseline_scores(texts, y_true, seed=config.seed)
-    extra["known_labels"] = ensemble_known_labels(y_true, config.ensemble_fit_fraction, config.seed)
-    inputs = AttackInputs(texts, target_stats, reference_stats, lowercase_stats, same_tok, config.min_k_fraction,
-                          **extra)
+    inputs = AttackInputs(texts, passes.target, passes.reference, passes.lowercase, ref.same_tokenizer,
+                          config.min_k_fraction, known_labels=ensemble_known_labels(
+                              y_true, config.ensemble_fit_fraction, config.seed), **passes.context)
     scores = {name: get_attack(name)(inputs) for name in names}
     extraction = None
-    if config.extraction is not None:  # probabilistic extraction reads target_stats: no forward pass of its own
-        extraction = run_extraction(model, tokenizer, texts, y_true, target_stats, config.extraction,
+    if config.extraction is not None:  # probabilistic extraction reads the target pass: no forward pass of its own
+        extraction = run_extraction(model, tokenizer, texts, y_true, passes.target, config.extraction,
                                     seed=config.seed, batch_size=config.batch_size)
         notes.extend(extraction.notes)
-
-    def metrics(name: str, values: np.ndarray) -> AttackMetrics:
-        scored = np.isfinite(values)
-        if not scored.all():
-            notes.append(unscored_note(name, y_true, scored))
-        return evaluate_attack(y_true[scored], values[scored], max_fprs=config.max_fprs,
-                               n_bootstrap=config.n_bootstrap, seed=config.seed)
+    for warning in (split.near_duplicate_warning,  # scored as non-members, they read like members
+                    single_token_warning(texts, [s.n_tokens for s in passes.target])):
+        if warning:
+            notes.append(warning)
 
     return AuditReport(
         model=model_name or str(getattr(model, "name_or_path", type(model).__name__)),
-        reference=reference_name,
+        reference=ref.name,
         config=asdict(config),
         split={"source": split.source, "seed": split.seed, "n_members": len(split.members),
                "n_non_members": len(split.non_members), "n_validation": len(split.validation)},
-        blind_baseline=metrics("blind baseline", blind),
-        attacks={name: metrics(name, values) for name, values in scores.items()},
+        blind_baseline=measure("blind baseline", blind, y_true, config, notes),
+        attacks={name: measure(name, values, y_true, config, notes) for name, values in scores.items()},
         perplexity=PerplexityResult(
-            value=perplexity([s.nll_sum for s in held_out_stats], [s.n_tokens for s in held_out_stats]),
+            value=perplexity([s.nll_sum for s in passes.held_out], [s.n_tokens for s in passes.held_out]),
             on="validation" if split.validation else "non-members",
-            n_texts=len(held_out_stats), n_tokens=sum(s.n_tokens for s in held_out_stats),
+            n_texts=len(passes.held_out), n_tokens=sum(s.n_tokens for s in passes.held_out),
             convention=PERPLEXITY_CONVENTION,
         ),
         scores={"blind_baseline": blind, **scores},
