@@ -28,6 +28,7 @@ from transformers import DataCollatorForLanguageModeling, Trainer, TrainingArgum
 
 from privft.callbacks import prepare_soft
 from privft.data import load_corpus
+from privft.defend import SoftSchedule
 from privft.models import build_tiny_llama, train_bpe_tokenizer
 from privft.paraphrase import NeighbourParaphraser, obfuscate
 from privft.training import LoraSettings, tokenize_for_training
@@ -47,8 +48,8 @@ def train_seconds(tokenizer, train: list[str], obfuscated: list[str] | None, val
     if obfuscated is None:
         dataset = tokenize_for_training(tokenizer, train, 256)
     else:
-        dataset, soft = prepare_soft(tokenizer, train, obfuscated, validation, rule="paper", max_length=256,
-                                     loss_source=loss_source)
+        dataset, soft = prepare_soft(tokenizer, train, obfuscated, validation, max_length=256,
+                                     schedule=SoftSchedule(rule="paper", loss_source=loss_source))
         select = soft._select
 
         def timed_select(*args, **kwargs):

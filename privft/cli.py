@@ -51,9 +51,9 @@ def _audit(args: argparse.Namespace) -> None:
         config = AuditConfig(
             attacks=tuple(args.attacks.split(",")) if args.attacks else None,
             max_fprs=tuple(args.max_fpr or DEFAULT_MAX_FPRS),
-            n_bootstrap=args.bootstrap, seed=args.seed, batch_size=args.batch_size,
             max_length=args.max_length, cache_dir=args.cache_dir, dataset_inference=args.dataset_inference,
             extraction=_extraction_settings(args),
+            **_given({"n_bootstrap": args.bootstrap, "seed": args.seed, "batch_size": args.batch_size}),
         )
     except SettingError as error:  # named as the flag the user typed, not the AuditConfig field
         raise SettingError(AUDIT_FLAGS.get(error.key, error.key), error.value, error.requirement) from None
@@ -91,6 +91,11 @@ def _audit_with(args: argparse.Namespace, split: MembershipSplit, config: AuditC
     print(report.to_markdown())  # first: the table is on screen even if saving fails
     paths = report.save(out)
     print(f"Report: {paths['json']}, {paths['markdown']}, {paths['roc']}")
+
+
+def _given(options: dict[str, object]) -> dict[str, object]:
+    """The options the command line set; the others take their dataclass's default, defined there alone."""
+    return {name: value for name, value in options.items() if value is not None}
 
 
 def _load_texts(path: str, text_column: str) -> list[str]:
@@ -196,8 +201,9 @@ def _compare(args: argparse.Namespace) -> None:
 def _demo(args: argparse.Namespace) -> None:
     from privft.demo import DemoSettings, run_demo
 
-    run_demo(DemoSettings(model=args.model, n_members=args.members, n_non_members=args.non_members,
-                          epochs=args.epochs, seed=args.seed, output_dir=args.out))
+    given = {"model": args.model, "n_members": args.members, "n_non_members": args.non_members,
+             "epochs": args.epochs, "seed": args.seed, "output_dir": args.out}
+    run_demo(DemoSettings(**_given(given)))
 
 
 def _example(args: argparse.Namespace) -> None:
@@ -287,11 +293,11 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--attacks", help=f"comma-separated subset of: {', '.join(sorted(ATTACKS))}")
     audit.add_argument("--max-fpr", type=float, action="append",
                        help="FPR ceiling (repeatable; default 1e-2, 1e-3, 1e-4)")
-    audit.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for AUC CIs")
-    audit.add_argument("--batch-size", type=int, default=8)
+    audit.add_argument("--bootstrap", type=int, help="bootstrap resamples for AUC CIs (default: AuditConfig's)")
+    audit.add_argument("--batch-size", type=int, help="texts per forward pass (default: AuditConfig's)")
     audit.add_argument("--max-length", type=int, help="scoring window in tokens (longer texts slide)")
     audit.add_argument("--cache-dir", help="cache token statistics here")
-    audit.add_argument("--seed", type=int, default=0)
+    audit.add_argument("--seed", type=int, help="bootstrap and blind-baseline seed (default: AuditConfig's)")
     audit.add_argument("--start-token", default="auto", metavar="RULE",
                        help="the token every text is scored after: auto (the tokenizer's own, else <|endoftext|>, "
                             "else EOS), bos-else-eos, or a token; give the rule the model was trained with "
@@ -373,12 +379,13 @@ def build_parser() -> argparse.ArgumentParser:
     lira.set_defaults(run=_lira)
 
     demo = commands.add_parser("demo", help="undefended LoRA vs SOFT on the embedded default, audited side by side")
-    demo.add_argument("--model", default="smollm2-135m", help="hub id, local path or 'smollm2-135m'")
-    demo.add_argument("--members", type=int, default=100)
-    demo.add_argument("--non-members", type=int, default=200)
-    demo.add_argument("--epochs", type=int, default=3)
-    demo.add_argument("--seed", type=int, default=0)
-    demo.add_argument("--out", default="runs/demo")
+    # Every default is privft.demo.DemoSettings' (an option left out takes it).
+    demo.add_argument("--model", help="hub id, local path or 'smollm2-135m' (default)")
+    demo.add_argument("--members", type=int)
+    demo.add_argument("--non-members", type=int)
+    demo.add_argument("--epochs", type=int)
+    demo.add_argument("--seed", type=int)
+    demo.add_argument("--out", help="default: runs/demo")
     demo.set_defaults(run=_demo)
 
     example = commands.add_parser("example", help="a runnable walk-through: support-tickets (seed 000's release "

@@ -15,7 +15,7 @@ from transformers import TrainerCallback
 from privft.audit import AuditConfig
 from privft.callbacks.audit import PrivacyAuditCallback, write_model_card_section
 from privft.callbacks.canary import CanaryCallback
-from privft.callbacks.soft import SelectiveObfuscationCallback, check_loss_source, prepare_soft
+from privft.callbacks.soft import SelectiveObfuscationCallback, prepare_soft
 from privft.config import SAVED_BEFORE, SettingError, from_dict, require, to_dict
 from privft.data import MembershipSplit
 from privft.data.canaries import CanaryPlan
@@ -23,6 +23,7 @@ from privft.data.pii import PII_FORMATS, PIICanaryPlan
 from privft.data.sources import load_source
 from privft.defend.evidence import finding_for
 from privft.defend.rules import check_schedule, get_rule
+from privft.defend.schedule import SoftSchedule, check_loss_source
 from privft.dp import make_private
 from privft.dp.callback import STATE_FILE as DP_STATE_FILE
 from privft.dp.engine import check_settings as check_dp_settings
@@ -79,13 +80,14 @@ class CanarySettings:
 
 @dataclass
 class SoftSettings:
-    """Selective obfuscation (SOFT); off when `rule` is None, else a registered rule (privft.defend.rules.RULES)."""
+    """Selective obfuscation (SOFT); off when `rule` is None. The schedule's settings and defaults are
+    `privft.defend.schedule.SoftSchedule`'s (`schedule()`); the rest say how the samples are rewritten."""
 
-    rule: str | None = None  # "paper", "release", or the controls "all" and "all-after-warmup"
-    select_ratio: float | None = None  # release rule only (default 0.5)
-    warmup_epochs: int | None = None  # default: the rule's (1 for paper and all-after-warmup, 0 for release and all)
-    cumulative: bool = True
-    loss_source: str = "eval"  # "eval": re-score in eval mode at each selection; "training": reuse training passes
+    rule: str | None = None  # a registered rule: "paper", "release", or the controls "all" and "all-after-warmup"
+    select_ratio: float | None = SoftSchedule.select_ratio
+    warmup_epochs: int | None = SoftSchedule.warmup_epochs
+    cumulative: bool = SoftSchedule.cumulative
+    loss_source: str = SoftSchedule.loss_source
     paraphraser: str = "neighbour"
     paraphraser_model: str | None = None  # default: the run's base model
     # The defaults follow the SOFT study (docs/results/soft-study.md): with the paper rule, swapping every eligible
@@ -98,8 +100,11 @@ class SoftSettings:
     def __post_init__(self) -> None:
         """Check the settings now, not after every training text has been paraphrased."""
         try:
-            check_schedule(self.rule, self.select_ratio, self.warmup_epochs)
-            check_loss_source(self.loss_source)
+            if self.rule is None:  # SOFT off: the values alone
+                check_schedule(None, self.select_ratio, self.warmup_epochs)
+                check_loss_source(self.loss_source)
+            else:
+                self.schedule()
         except ValueError as error:  # the same checks as the callback's, named as config keys
             raise ValueError(f"soft.{error}") from None
         if self.paraphraser not in PARAPHRASERS:
@@ -112,6 +117,11 @@ class SoftSettings:
         if finding is not None:
             warnings.warn(f"soft: this SOFT configuration was measured: it {finding.verdict}; see {finding.source}.",
                           stacklevel=2)
+
+    def schedule(self) -> SoftSchedule:
+        """The selection schedule these settings give (SOFT must be on: `rule` set)."""
+        return SoftSchedule(rule=self.rule, select_ratio=self.select_ratio, warmup_epochs=self.warmup_epochs,
+                            cumulative=self.cumulative, loss_source=self.loss_source)
 
 
 @dataclass
@@ -313,9 +323,7 @@ def _train_and_audit(config: RunConfig, split: MembershipSplit | None,
         dataset, soft_callback = prepare_soft(
             tokenizer, train_texts, _obfuscations(config, train_texts, out),
             split.validation if get_rule(config.soft.rule).needs_validation else None,
-            rule=config.soft.rule, max_length=config.training.max_length, select_ratio=config.soft.select_ratio,
-            warmup_epochs=config.soft.warmup_epochs, cumulative=config.soft.cumulative,
-            loss_source=config.soft.loss_source, batch_size=config.audit.batch_size,
+            schedule=config.soft.schedule(), max_length=config.training.max_length, batch_size=config.audit.batch_size,
             score_max_length=config.audit.max_length)
         callbacks.append(soft_callback)
     else:

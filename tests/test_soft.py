@@ -16,7 +16,7 @@ from transformers import DataCollatorForLanguageModeling, Trainer, TrainerCallba
 
 from privft.callbacks import SelectiveObfuscationCallback, prepare_soft
 from privft.callbacks.soft import soft_report_notes
-from privft.defend import ObfuscatedView, paper_rule, release_rule, sample_losses, update_mask
+from privft.defend import ObfuscatedView, SoftSchedule, paper_rule, release_rule, sample_losses, update_mask
 from privft.models import build_tiny_llama
 
 N_TRAIN, N_VALIDATION, BATCH = 16, 8, 8
@@ -71,8 +71,8 @@ def _train(tokenizer, texts, output_dir: Path, *, rule: str, epochs: int = 3, re
            soft_options: dict | None = None, **arg_overrides):
     """Train a fresh tiny full-FT model with SOFT; returns the trainer, the view and the batch recorder."""
     train, obfuscated, validation = texts
-    view, soft = prepare_soft(tokenizer, train, obfuscated, validation if rule == "paper" else None, rule=rule,
-                              **(soft_options or {}))
+    view, soft = prepare_soft(tokenizer, train, obfuscated, validation if rule == "paper" else None,
+                              schedule=SoftSchedule(rule=rule, **(soft_options or {})))
     model = build_tiny_llama(tokenizer)
     recorder = BatchRecorder(model, view)
     trainer = Trainer(model=model, args=_args(output_dir, epochs, **arg_overrides), train_dataset=view,
@@ -118,13 +118,13 @@ def test_bad_select_ratio_is_refused(ratio):
     with pytest.raises(ValueError, match="select_ratio"):
         release_rule([1.0, 2.0], ratio, selection_index=0)
     with pytest.raises(ValueError, match="select_ratio"):
-        SelectiveObfuscationCallback(rule="release", select_ratio=ratio)
+        SelectiveObfuscationCallback(schedule=SoftSchedule(rule="release", select_ratio=ratio))
 
 
 @pytest.mark.parametrize("validation_texts", [None, []])
 def test_paper_rule_without_validation_texts_is_refused(validation_texts):
     with pytest.raises(ValueError, match="validation_texts"):
-        SelectiveObfuscationCallback(rule="paper", validation_texts=validation_texts)
+        SelectiveObfuscationCallback(schedule=SoftSchedule(rule="paper"), validation_texts=validation_texts)
 
 
 @pytest.mark.parametrize(("options", "message"), [
@@ -136,8 +136,9 @@ def test_paper_rule_without_validation_texts_is_refused(validation_texts):
     (dict(rule="paper", validation_texts=["ok", "  "]), "validation_texts"),
 ])
 def test_bad_options_are_refused_with_the_option_named(options, message):
+    schedule = {key: options.pop(key) for key in ("rule", "select_ratio", "warmup_epochs") if key in options}
     with pytest.raises(ValueError, match=message):
-        SelectiveObfuscationCallback(**options)
+        SelectiveObfuscationCallback(schedule=SoftSchedule(**schedule), **options)
 
 
 def test_non_finite_losses_are_refused():
@@ -410,7 +411,7 @@ def test_the_collator_receives_every_selected_paraphrase_as_the_trainer_tokenise
 
     train, obfuscated = _long_texts(local_texts)
     cut = MAX_LENGTH if kind == "Trainer" else None  # SFTTrainer: one max length applies, the trainer's
-    view, soft = prepare_soft(tokenizer, train, obfuscated, rule="all", max_length=cut)
+    view, soft = prepare_soft(tokenizer, train, obfuscated, schedule=SoftSchedule(rule="all"), max_length=cut)
     model = build_tiny_llama(tokenizer)
     recorder = BatchRecorder(model, view)
     trainer = _trainer(kind, model, tokenizer, view, [soft, recorder], tmp_path)

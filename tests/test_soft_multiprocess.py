@@ -34,6 +34,7 @@ SCRIPT = textwrap.dedent('''
     from privft.data import MembershipSplit
     from privft.data.canaries import CanaryPlan
     from privft.callbacks import prepare_soft
+    from privft.defend import SoftSchedule
     from privft.models import build_tiny_llama, train_bpe_tokenizer
 
     out, n_train, epochs, batch_size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
@@ -45,7 +46,7 @@ SCRIPT = textwrap.dedent('''
     plan = CanaryPlan(n_canaries=1, copies=2, n_alternatives=20)
     train = plan.insert(members)
     view, soft = prepare_soft(tokenizer, train, [" ".join(reversed(t.split())) for t in train], validation,
-                              warmup_epochs=0, cumulative=False, batch_size=batch_size)
+                              schedule=SoftSchedule(warmup_epochs=0, cumulative=False), batch_size=batch_size)
     canary = CanaryCallback(plan, tokenizer, batch_size=batch_size)
     audit = PrivacyAuditCallback(split, tokenizer, config=AuditConfig(attacks=("loss", "min_k_pp"),
                                  batch_size=batch_size), canary_callback=canary, output_dir=f"{out}/audit")

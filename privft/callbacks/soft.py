@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
@@ -29,26 +30,18 @@ from transformers.trainer_callback import ExportableState
 from privft.data.loaders import check_texts
 from privft.defend.distributed import on_main_then_broadcast
 from privft.defend.losses import TrainingPassLosses, sample_losses
-from privft.defend.rules import RULES, check_schedule, get_rule
+from privft.defend.rules import RULES, get_rule
+from privft.defend.schedule import SoftSchedule
 from privft.defend.selection import mean_losses, update_mask
 from privft.defend.view import ObfuscatedView
 from privft.training import tokenize_for_training
 
 LOG_PREFIX = "soft/"
-LOSS_SOURCES = ("eval", "training")
 
 
 def _epoch_index(epoch: float | None) -> int:
     """The epoch that starts (or, after a mid-epoch resume, continues) at Trainer epoch value `epoch`."""
     return 0 if epoch is None else math.floor(epoch + 1e-6)
-
-
-def check_loss_source(loss_source: str) -> str:
-    """`loss_source` if it is one of LOSS_SOURCES, else a ValueError saying what each means."""
-    if loss_source not in LOSS_SOURCES:
-        raise ValueError(f"loss_source={loss_source!r} must be 'eval' (re-score the texts in eval mode at each "
-                         "selection, as the paper) or 'training' (reuse the training passes' per-sample losses).")
-    return loss_source
 
 
 def lost_swap_warning(n_lost: int, n_selected: int) -> str:
@@ -77,6 +70,8 @@ class SelectiveObfuscationCallback(TrainerCallback, ExportableState):
     every sample; warm-up 0), and the non-selective controls ``"all"`` (every sample from the
     first epoch) and ``"all-after-warmup"``.
 
+    `schedule` (a `privft.defend.schedule.SoftSchedule`; default: the paper rule) holds the rule,
+    the release rule's `select_ratio`, the warm-up, `cumulative` and `loss_source`.
     `loss_source` says where the training samples' losses come from: ``"eval"`` re-scores the
     original texts in eval mode without gradients at each selection (paper-faithful);
     ``"training"`` reuses the per-sample losses of the previous epoch's training forward
@@ -107,17 +102,16 @@ class SelectiveObfuscationCallback(TrainerCallback, ExportableState):
         view: ObfuscatedView | None = None,
         tokenizer: PreTrainedTokenizerBase | None = None,
         *,
-        rule: str = "paper",
+        schedule: SoftSchedule | Mapping[str, Any] | None = None,
         validation_texts: Sequence[str] | None = None,
-        select_ratio: float | None = None,
-        warmup_epochs: int | None = None,
-        cumulative: bool = True,
-        loss_source: str = "eval",
         batch_size: int = 8,
         max_length: int | None = None,
     ) -> None:
-        check_schedule(rule, select_ratio, warmup_epochs)
-        self.selection_rule = get_rule(rule)(select_ratio=select_ratio)
+        if isinstance(schedule, Mapping):  # as a checkpoint stores it
+            schedule = SoftSchedule(**schedule)
+        self.schedule = schedule = schedule or SoftSchedule()
+        rule = schedule.rule
+        self.selection_rule = get_rule(rule)(select_ratio=schedule.select_ratio)
         if self.selection_rule.needs_validation:
             if not validation_texts:
                 raise ValueError(f"rule={rule!r} needs validation_texts: held-out texts (never trained on) whose mean "
@@ -135,12 +129,8 @@ class SelectiveObfuscationCallback(TrainerCallback, ExportableState):
             raise TypeError(f"view must be an ObfuscatedView, got {type(view).__name__}.")
         self.view = view
         self.tokenizer = tokenizer
-        self.rule = rule
         self.validation_texts = validation_texts
-        self.select_ratio = self.selection_rule.select_ratio
-        self.warmup_epochs = self.selection_rule.default_warmup_epochs if warmup_epochs is None else warmup_epochs
-        self.cumulative = bool(cumulative)
-        self.loss_source = check_loss_source(loss_source)
+        self.warmup_epochs = schedule.epochs_before_selection
         self.batch_size = batch_size
         self.max_length = max_length
         self.mask: np.ndarray | None = None  # the mask of the latest selection; None before the first
@@ -153,12 +143,8 @@ class SelectiveObfuscationCallback(TrainerCallback, ExportableState):
         """Options and selection state as JSON-ready data, saved by the Trainer with each checkpoint."""
         return {
             "args": {
-                "rule": self.rule,
+                "schedule": asdict(self.schedule),
                 "validation_texts": self.validation_texts,
-                "select_ratio": self.select_ratio,
-                "warmup_epochs": self.warmup_epochs,
-                "cumulative": self.cumulative,
-                "loss_source": self.loss_source,
                 "batch_size": self.batch_size,
                 "max_length": self.max_length,
             },
@@ -195,7 +181,7 @@ class SelectiveObfuscationCallback(TrainerCallback, ExportableState):
                              "lower warmup_epochs.")
         served_ids = "input_ids" in self.view.column_names
         self.changed = self.view.served_changed() if served_ids else None
-        if self.loss_source == "training":
+        if self.schedule.loss_source == "training":
             if not served_ids:
                 raise ValueError("loss_source='training' recognises samples by their served token ids, but the "
                                  f"served view has no 'input_ids' column ({self.view.column_names}).")
@@ -239,7 +225,7 @@ class SelectiveObfuscationCallback(TrainerCallback, ExportableState):
 
     def _previous(self) -> np.ndarray:
         """The mask a selection builds on: the current one when cumulative (once obfuscated, always), else none."""
-        return np.zeros(len(self.view), dtype=bool) if self.mask is None or not self.cumulative else self.mask
+        return np.zeros(len(self.view), dtype=bool) if self.mask is None or not self.schedule.cumulative else self.mask
 
     def _read(self, model: PreTrainedModel) -> tuple[np.ndarray | None, np.ndarray | None, int]:
         """The open samples' losses, the validation losses (None where the rule reads none), and the eval-scored count.
@@ -283,10 +269,11 @@ class SelectiveObfuscationCallback(TrainerCallback, ExportableState):
         if open_indices.size:
             decision = self.selection_rule.select(open_indices.size, losses, validation, index)
             new[open_indices], tau = decision.mask, decision.tau
-        mask = update_mask(self.mask, new, cumulative=self.cumulative)
+        mask = update_mask(self.mask, new, cumulative=self.schedule.cumulative)
         selected, unselected = mean_losses(losses, mask[open_indices]) if reads else (None, None)
         changed = np.ones(mask.size, dtype=bool) if self.changed is None else self.changed
-        record = {"epoch": epoch, "step": step, "rule": self.rule, "loss_source": self.loss_source, "tau": tau,
+        record = {"epoch": epoch, "step": step, "rule": self.schedule.rule, "loss_source": self.schedule.loss_source,
+                  "tau": tau,
                   "n_selected": int(mask.sum()), "n_served_changed": int((mask & changed).sum()),
                   "n_lost_swaps": int((mask & ~changed).sum()), "n_total": int(mask.size),
                   "n_scored": int(open_indices.size) if reads else 0, "n_scored_eval": n_eval,
@@ -301,12 +288,8 @@ def prepare_soft(
     obfuscated_texts: Sequence[str],
     validation_texts: Sequence[str] | None = None,
     *,
-    rule: str = "paper",
+    schedule: SoftSchedule | None = None,
     max_length: int | None = None,
-    select_ratio: float | None = None,
-    warmup_epochs: int | None = None,
-    cumulative: bool = True,
-    loss_source: str = "eval",
     batch_size: int = 8,
     score_max_length: int | None = None,
 ) -> tuple[ObfuscatedView, SelectiveObfuscationCallback]:
@@ -315,8 +298,8 @@ def prepare_soft(
     Both versions are tokenized as `privft.training` does (BOS first). `max_length` cuts them
     for a plain `Trainer`, which does not truncate; leave it None with trl's `SFTTrainer`, whose
     own ``max_length`` then applies to both. `score_max_length` is the selection's scoring
-    window (give the audit's, so both read the same losses); the other options are
-    `SelectiveObfuscationCallback`'s. Typical use (Trainer or SFTTrainer alike)::
+    window (give the audit's, so both read the same losses); `schedule` (default: the paper rule)
+    and `batch_size` are `SelectiveObfuscationCallback`'s. Typical use (Trainer or SFTTrainer alike)::
 
         view, soft = prepare_soft(tokenizer, train_texts, [r.text for r in obfuscations], validation_texts)
         trainer = SFTTrainer(model, args=SFTConfig(max_length=256, ...), train_dataset=view,
@@ -335,7 +318,6 @@ def prepare_soft(
     view = ObfuscatedView(tokenize_for_training(tokenizer, train_texts, max_length),
                           tokenize_for_training(tokenizer, obfuscated_texts, max_length), train_texts)
     callback = SelectiveObfuscationCallback(
-        view, tokenizer, rule=rule, validation_texts=validation_texts, select_ratio=select_ratio,
-        warmup_epochs=warmup_epochs, cumulative=cumulative, loss_source=loss_source, batch_size=batch_size,
+        view, tokenizer, schedule=schedule, validation_texts=validation_texts, batch_size=batch_size,
         max_length=score_max_length)
     return view, callback
