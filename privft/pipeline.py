@@ -6,7 +6,7 @@ import json
 import time
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,7 @@ from privft.audit import AuditConfig
 from privft.callbacks.audit import PrivacyAuditCallback, write_model_card_section
 from privft.callbacks.canary import CanaryCallback
 from privft.callbacks.soft import SelectiveObfuscationCallback, prepare_soft
-from privft.config import SAVED_BEFORE, SettingError, from_dict, require, to_dict
+from privft.config import SAVED_BEFORE, from_dict, require, to_dict
 from privft.data import MembershipSplit
 from privft.data.canaries import CanaryPlan
 from privft.data.pii import PII_FORMATS, PIICanaryPlan
@@ -138,13 +138,7 @@ class DPSettings:
         """Refuse what `make_private` would refuse after the split and manifest are written, named as config keys."""
         if self.target_epsilon is None:
             return
-        try:
-            check_dp_settings(target_epsilon=self.target_epsilon, target_delta=self.delta,
-                              max_grad_norm=self.max_grad_norm, physical_batch_size=self.physical_batch_size,
-                              dp_seed=self.seed)
-        except SettingError as error:
-            key = {"target_delta": "delta", "dp_seed": "seed"}.get(error.key, error.key)
-            raise SettingError(key, error.value, error.requirement) from None
+        check_dp_settings(**asdict(self))  # make_private's own checks, under the same names
 
 
 @dataclass
@@ -343,9 +337,7 @@ def _train_and_audit(config: RunConfig, split: MembershipSplit | None,
     trainer = build_trainer(model, tokenizer, dataset, config.training, callbacks,
                             max_grad_norm=0.0 if private else 1.0)  # DP clips per sequence instead
     if private:
-        make_private(trainer, target_epsilon=config.dp.target_epsilon, target_delta=config.dp.delta,
-                     max_grad_norm=config.dp.max_grad_norm, physical_batch_size=config.dp.physical_batch_size,
-                     dp_seed=config.dp.seed)
+        make_private(trainer, **asdict(config.dp))
     checkpoint = (last_complete_checkpoint(out, required=(DP_STATE_FILE,) if private else ())
                   if config.training.save_steps else None)
     if checkpoint:  # training.save_steps: an interrupted run with this config continues where its last save ended

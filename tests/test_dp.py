@@ -95,7 +95,7 @@ def test_chunked_logical_batch_gives_the_unchunked_update(lora_model, tokenizer,
         model = copy.deepcopy(lora_model)
         before = _lora_state(model)
         trainer = make_private(_trainer(model, tokenizer, dataset, tmp_path, optim="sgd", logging_steps=4),
-                               target_epsilon=8.0, physical_batch_size=chunk, dp_seed=0)  # same draws twice
+                               target_epsilon=8.0, physical_batch_size=chunk, seed=0)  # same draws twice
         trainer.add_callback(_NoNoise(trainer))
         trainer.train()
         updates.append(torch.cat([(p.detach() - before[n]).flatten() for n, p in model.named_parameters()
@@ -142,7 +142,7 @@ def test_empty_poisson_batches_are_noise_only_steps(lora_model, tokenizer, datas
                        logging_steps=12)
     trainer.data_collator = lambda samples: sizes.append(len(samples)) or collate(samples)
     lora = _lora_state(lora_model)
-    make_private(trainer, target_epsilon=8.0, dp_seed=0)  # a seed whose 12 draws include empty ones
+    make_private(trainer, target_epsilon=8.0, seed=0)  # a seed whose 12 draws include empty ones
     trainer.train()
     assert trainer.dp.noised_steps == 12
     assert len(sizes) < 12  # q = 1/48: some of the 12 draws were empty, and still took a noised step
@@ -183,7 +183,7 @@ def test_resumed_epoch_draws_new_batches(lora_model, tokenizer, dataset, tmp_pat
         trainer = _trainer(copy.deepcopy(lora_model), tokenizer, small, tmp_path, max_steps=-1, num_train_epochs=2,
                            per_device_train_batch_size=4, save_strategy="steps", save_steps=3, logging_steps=3)
         trainer.data_collator = _row_index(small, collate, draws)
-        make_private(trainer, target_epsilon=8.0, dp_seed=0)  # the same seed both times: the old replay case
+        make_private(trainer, target_epsilon=8.0, seed=0)  # the same seed both times: the old replay case
         trainer.train(resume_from_checkpoint=resume)
         assert trainer.dp.noised_steps == 6
         return draws
@@ -277,8 +277,8 @@ def test_rows_without_token_ids_are_refused(lora_model, tokenizer, tmp_path):
 
 
 def test_delta_not_below_one_over_n_warns():
-    engine = DPLoraEngine(target_epsilon=8.0, target_delta=0.05)
-    with pytest.warns(UserWarning, match=r"target_delta=0\.05 is not below 1/N = 0\.0208333 for the N = 48 .*"
+    engine = DPLoraEngine(target_epsilon=8.0, delta=0.05)
+    with pytest.warns(UserWarning, match=r"delta=0\.05 is not below 1/N = 0\.0208333 for the N = 48 .*"
                                          r"min\(1e-5, 1/N\^1\.1\) = 1e-05"):
         engine.calibrate(48, 8, 4)
     with warnings.catch_warnings():

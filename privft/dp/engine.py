@@ -22,18 +22,18 @@ PRIVACY_UNIT = "one training sequence"
 SAMPLING, NOISE = 0, 1  # the two random streams: Poisson batch masks and Gaussian noise, never the same generator
 
 
-def check_settings(*, target_epsilon: float, target_delta: float | None, max_grad_norm: float,
-                   physical_batch_size: int | None, dp_seed: int | None) -> None:
+def check_settings(*, target_epsilon: float, delta: float | None, max_grad_norm: float,
+                   physical_batch_size: int | None, seed: int | None) -> None:
     """Refuse DP settings the engine cannot run; the `SettingError` names the keyword at fault."""
     require(target_epsilon > 0 and math.isfinite(target_epsilon), "target_epsilon", target_epsilon,
             "must be a positive finite number.")
-    require(target_delta is None or 0 < target_delta < 1, "target_delta", target_delta,
+    require(delta is None or 0 < delta < 1, "delta", delta,
             "must be in (0, 1), or None for min(1e-5, 1/N^1.1).")
     require(max_grad_norm > 0, "max_grad_norm", max_grad_norm,
             "must be positive: it is the per-sequence clipping bound C that the noise is scaled to.")
     require(physical_batch_size is None or physical_batch_size >= 1, "physical_batch_size", physical_batch_size,
             "must be a positive integer or None.")
-    require(dp_seed is None or dp_seed >= 0, "dp_seed", dp_seed,
+    require(seed is None or seed >= 0, "seed", seed,
             "must be a non-negative integer, or None for fresh OS entropy.")
 
 
@@ -45,21 +45,21 @@ class DPLoraEngine:
     (P, default L) bounds how many sequences go through one forward pass.
 
     The Poisson sampler and the noise each get their own torch.Generator, seeded from fresh OS
-    entropy, never from the Trainer's public `seed`, and the seeds are kept nowhere. `dp_seed`
+    entropy, never from `TrainingArguments.seed`, and the seeds are kept nowhere. `seed`
     derives them from a fixed number instead, for tests and reproducibility only: whoever knows it
     can recompute the batches and the noise, which voids the guarantee's assumption that both are
     secret (the assumption opacus' `secure_mode` strengthens with a cryptographic generator).
     """
 
-    def __init__(self, *, target_epsilon: float, target_delta: float | None = None, max_grad_norm: float = 1.0,
-                 physical_batch_size: int | None = None, dp_seed: int | None = None) -> None:
-        check_settings(target_epsilon=target_epsilon, target_delta=target_delta, max_grad_norm=max_grad_norm,
-                       physical_batch_size=physical_batch_size, dp_seed=dp_seed)
+    def __init__(self, *, target_epsilon: float, delta: float | None = None, max_grad_norm: float = 1.0,
+                 physical_batch_size: int | None = None, seed: int | None = None) -> None:
+        check_settings(target_epsilon=target_epsilon, delta=delta, max_grad_norm=max_grad_norm,
+                       physical_batch_size=physical_batch_size, seed=seed)
         self.target_epsilon = float(target_epsilon)
-        self.target_delta = target_delta
+        self.delta = delta
         self.max_grad_norm = float(max_grad_norm)
         self.physical_batch_size = physical_batch_size
-        self.dp_seed = dp_seed
+        self.seed = seed
         self.logical_batch_size: int | None = None
         self.n_examples: int | None = None
         self.calibration: Calibration | None = None
@@ -76,11 +76,11 @@ class DPLoraEngine:
             raise DPConfigError(f"per_device_train_batch_size={logical_batch_size} (the expected logical batch) must "
                                 f"be smaller than the {n_examples} training sequences for Poisson sampling to "
                                 "amplify privacy.")
-        delta = self.target_delta if self.target_delta is not None else default_delta(n_examples)
+        delta = self.delta if self.delta is not None else default_delta(n_examples)
         if delta >= 1 / n_examples:
-            warnings.warn(f"target_delta={delta:g} is not below 1/N = {1 / n_examples:g} for the N = {n_examples} "
+            warnings.warn(f"delta={delta:g} is not below 1/N = {1 / n_examples:g} for the N = {n_examples} "
                           "training sequences: publishing one random sequence verbatim meets such a δ. Use "
-                          f"target_delta=None for the default min(1e-5, 1/N^1.1) = {default_delta(n_examples):g}.",
+                          f"delta=None for the default min(1e-5, 1/N^1.1) = {default_delta(n_examples):g}.",
                           stacklevel=2)
         calibration = calibrate(self.target_epsilon, delta, logical_batch_size / n_examples, steps)
         if self.calibration is not None and calibration != self.calibration:
@@ -107,12 +107,12 @@ class DPLoraEngine:
                           stacklevel=2)
 
     def generator(self, stream: int, device: torch.device | str = "cpu") -> torch.Generator:
-        """A generator for `stream` (SAMPLING or NOISE): fresh OS entropy, or derived from `dp_seed`.
+        """A generator for `stream` (SAMPLING or NOISE): fresh OS entropy, or derived from `seed`.
 
         A derived seed also depends on the noised steps already taken, so a run resumed with the
-        same `dp_seed` continues with new draws instead of replaying the first epoch's batches.
+        same `seed` continues with new draws instead of replaying the first epoch's batches.
         """
-        seed = np.random.SeedSequence(self.dp_seed, spawn_key=(stream, self.noised_steps))  # None: 128 OS bits
+        seed = np.random.SeedSequence(self.seed, spawn_key=(stream, self.noised_steps))  # None: 128 OS bits
         return torch.Generator(device=device).manual_seed(int(seed.generate_state(1, np.uint64)[0]))
 
     @property
@@ -194,4 +194,4 @@ class DPLoraEngine:
                 "logical_batch_size": self.logical_batch_size, "physical_batch_size": self.physical_batch_size,
                 "n_examples": self.n_examples, "accountant": "prv", "sampling": "poisson",
                 "privacy_unit": PRIVACY_UNIT, "secure_mode": False,
-                "randomness": "os_entropy" if self.dp_seed is None else "explicit_dp_seed (not secret)"}
+                "randomness": "os_entropy" if self.seed is None else "explicit_dp_seed (not secret)"}

@@ -163,12 +163,12 @@ def _private_class(trainer_class: type[Trainer]) -> type[Trainer]:
     return type(f"DPLora{trainer_class.__name__}", (DPLoraTrainerMixin, trainer_class), {})
 
 
-def make_private(trainer: Trainer, *, target_epsilon: float, target_delta: float | None = None,
+def make_private(trainer: Trainer, *, target_epsilon: float, delta: float | None = None,
                  max_grad_norm: float = 1.0, physical_batch_size: int | None = None,
-                 dp_seed: int | None = None) -> Trainer:
+                 seed: int | None = None) -> Trainer:
     """Make `trainer` (a Trainer or SFTTrainer on a peft LoRA model) train with DP-SGD; returns it.
 
-    target_epsilon: ε after the whole run (PRV accountant), for δ = `target_delta` (default
+    target_epsilon: ε after the whole run (PRV accountant), for δ = `delta` (default
         min(1e-5, 1/N^1.1) for N training sequences). The noise is calibrated for the run's
         epochs or max_steps at q = L/N, L = `per_device_train_batch_size`; training stops when
         those steps are spent.
@@ -176,9 +176,9 @@ def make_private(trainer: Trainer, *, target_epsilon: float, target_delta: float
         `max_grad_norm` must be 0).
     physical_batch_size: at most this many sequences per forward pass (default: the whole
         logical batch); it changes memory, not the result.
-    dp_seed: for tests and reproducibility only. By default the batch sampler and the noise each
-        draw a seed from OS entropy (never the Trainer's public `seed`) that is kept nowhere; a
-        `dp_seed` makes both recomputable by whoever knows it, which voids the guarantee's
+    seed: for tests and reproducibility only. By default the batch sampler and the noise each
+        draw a seed from OS entropy (never `TrainingArguments.seed`) that is kept nowhere; a
+        `seed` makes both recomputable by whoever knows it, which voids the guarantee's
         assumption that they are secret (what opacus' `secure_mode` would harden).
 
     Warns when δ ≥ 1/N, and when a training sequence occurs k > 1 times (it is then protected
@@ -191,8 +191,8 @@ def make_private(trainer: Trainer, *, target_epsilon: float, target_delta: float
     if isinstance(trainer, DPLoraTrainerMixin):
         raise ValueError("This trainer is already private; call make_private once per Trainer.")
     check_trainer(trainer)
-    engine = DPLoraEngine(target_epsilon=target_epsilon, target_delta=target_delta, max_grad_norm=max_grad_norm,
-                          physical_batch_size=physical_batch_size, dp_seed=dp_seed)
+    engine = DPLoraEngine(target_epsilon=target_epsilon, delta=delta, max_grad_norm=max_grad_norm,
+                          physical_batch_size=physical_batch_size, seed=seed)
     trainer.__class__ = _private_class(type(trainer))
     trainer.dp = engine
     trainer.add_callback(DPLoraCallback(engine))
