@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every cell of the scale split, one heavy job at a time: the SOFT study (with the support-ticket walk-through after
-# its first pending cell), DP-LoRA at ε 8, the study's LLM arm, then the rest of the comparison, then the full scale-cell benchmark (it would slow the
-# cells several-fold if run beside them).
+# its first pending cell), DP-LoRA at ε 8, the study's LLM arm, then the rest of the comparison, then the full
+# scale-cell benchmark (it would slow the cells several-fold if run beside them).
 # Resumable: a rerun skips finished cells (runs/scale/cells/*/cell.json) and reuses the shared statistics cache.
 # The cells that answer the open questions run first (--cell); the order changes no number.
 set -euo pipefail
