@@ -28,3 +28,20 @@ def test_selection_overlap_prints_the_jaccard_of_each_selection(tmp_path):
     missing = subprocess.run([sys.executable, str(SCRIPTS / "selection_overlap.py"), str(tmp_path), str(eval_run)],
                              capture_output=True, text=True)
     assert missing.returncode != 0 and "soft_selections.json does not exist" in missing.stderr
+
+
+def test_update_study_doc_replaces_only_the_text_between_its_markers(tmp_path):
+    comparison = tmp_path / "comparison"
+    comparison.mkdir()
+    (comparison / "compare.md").write_text("| new | table |\n")
+    (comparison / "compare.png").write_bytes(b"png")
+    page = tmp_path / "page.md"
+    page.write_text("# Page\n\n<!-- compare.md begins -->\n| old |\n<!-- compare.md ends -->\n\nReading.\n")
+    subprocess.run([sys.executable, str(SCRIPTS / "update_study_doc.py"), str(comparison), str(page)], check=True)
+    assert page.read_text() == ("# Page\n\n<!-- compare.md begins -->\n| new | table |\n<!-- compare.md ends -->\n\n"
+                                "Reading.\n")
+    assert (tmp_path / "page.png").read_bytes() == b"png"
+    page.write_text("no markers\n")
+    run = subprocess.run([sys.executable, str(SCRIPTS / "update_study_doc.py"), str(comparison), str(page)],
+                         capture_output=True, text=True)
+    assert run.returncode != 0 and "needs one" in run.stderr
