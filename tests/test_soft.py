@@ -442,6 +442,6 @@ def test_a_configuration_measured_as_ineffective_warns_where_it_is_configured():
         SoftSettings(rule="all-after-warmup")  # the non-selective control at the centre
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        SoftSettings(rule="release", paraphraser_options={"fraction": 0.5})  # not measured: no claim made
+        SoftSettings(rule="release", paraphraser_options={"fraction": 0.5})  # measured: protects at a cost; no warning
         SoftSettings()  # SOFT off
         SoftSettings(rule="paper")  # the defaults: the study's best protection per unit of perplexity so far
