@@ -49,11 +49,13 @@ def start_token(tokenizer: PreTrainedTokenizerBase, rule: str | None = None) -> 
     elif rule == "auto":
         start = _prepended_token(tokenizer)
         if start is None:
-            start = tokenizer.get_vocab().get(DOCUMENT_SEPARATOR, tokenizer.eos_token_id)
+            start = _token_id(tokenizer, DOCUMENT_SEPARATOR)
+        if start is None:
+            start = tokenizer.eos_token_id
         if start is None:
             start = tokenizer.bos_token_id
     else:
-        start = tokenizer.get_vocab().get(rule)
+        start = _token_id(tokenizer, rule)
         if start is None:
             raise ScoringError(f"start_token={rule!r} is not a token of {tokenizer.name_or_path or 'the tokenizer'}; "
                                f"name one of its tokens, or use {' or '.join(START_RULES)}.")
@@ -76,3 +78,9 @@ def _prepended_token(tokenizer: PreTrainedTokenizerBase) -> int | None:
     if len(framed) > len(plain) and framed[-len(plain):] == plain and framed[0] in tokenizer.all_special_ids:
         return framed[0]
     return None
+
+
+def _token_id(tokenizer: PreTrainedTokenizerBase, token: str) -> int | None:
+    """The id of vocabulary entry `token`, or None when the vocabulary lacks it (not its unknown-token id)."""
+    found = tokenizer.convert_tokens_to_ids(token)
+    return found if found is not None and tokenizer.convert_ids_to_tokens(found) == token else None
