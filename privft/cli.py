@@ -392,7 +392,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                   "decision: split, blind baseline, audit, LiRA, de-duplicate, gate)")
     example.add_argument("name", choices=("support-tickets",))
     example.add_argument("--scale", default="default", choices=("default", "tiny"),
-                         help="default: ~30 min on SmolLM2 on 2 CPU cores; tiny: seconds on a tiny model (tests)")
+                         help="default: ~50 min on SmolLM2 on 2 CPU cores; tiny: seconds on a tiny model (tests)")
     example.add_argument("--model", default="smollm2-135m", help="hub id, local path or 'smollm2-135m'")
     example.add_argument("--seed", type=int, default=0)
     example.add_argument("--out", default="runs/support-tickets", help="runs, shadow farm and support-tickets.md")

@@ -75,7 +75,7 @@ class TicketScale:
 
 
 SCALES: dict[str, TicketScale] = {
-    # About 30 minutes with SmolLM2-135M on 2 CPU cores, most of it the 8 shadows. At this size FPR 1 % rests
+    # About 50 minutes with SmolLM2-135M on 2 CPU cores, 38 of them the 8 shadows. At this size FPR 1 % rests
     # on one false positive and 0.1 % is not estimable, so the policy checks 1 % with lowered minimum counts and
     # the blind baseline at the report's own shift line (0.6: its noise on ~100 texts a side reaches 0.55); the
     # page also shows that the default policy (1,000 a side) refuses to judge an audit this small.
