@@ -71,7 +71,7 @@ def _audit_with(args: argparse.Namespace, split: MembershipSplit, config: AuditC
     from privft.ranks import init_from_launcher
     from privft.run_folder import check_audit_folder, check_writable
 
-    context = _audit_context(args, split)
+    context = _audit_context(args, split, config.seed)
     out = Path(args.out)
     if out.exists() and not out.is_dir():
         raise SystemExit(f"privft audit: --out {args.out} is a file; give a folder for the report.")
@@ -109,7 +109,7 @@ def _load_texts(path: str, text_column: str) -> list[str]:
         raise error.for_option("--text-column") from None
 
 
-def _audit_context(args: argparse.Namespace, split: MembershipSplit) -> AuditContext:
+def _audit_context(args: argparse.Namespace, split: MembershipSplit, seed: int) -> AuditContext:
     """ReCaLL / CON-ReCaLL prefixes and neighbours from the command line; prefixes checked before any model loads."""
     from privft.audit_context import AuditContext, generate_neighbours
     from privft.models import cache_dir
@@ -125,7 +125,7 @@ def _audit_context(args: argparse.Namespace, split: MembershipSplit) -> AuditCon
         model = {"model": args.neighbour_model} if args.neighbour_model else {}
         paraphraser = build_paraphraser("neighbour", fraction=NEIGHBOUR_FRACTION, **model)
         neighbours = generate_neighbours(texts, paraphraser, args.neighbours,
-                                         cache=ParaphraseCache(cache_dir() / "paraphrases"), seed=args.seed)
+                                         cache=ParaphraseCache(cache_dir() / "paraphrases"), seed=seed)
     return AuditContext(**prefixes, neighbours=neighbours)
 
 
