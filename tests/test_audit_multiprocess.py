@@ -4,15 +4,13 @@ report equal to a single process's, through `run_audit(shard=True)`, the statist
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
 import sys
 import textwrap
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from two_ranks import free_port, run_two_ranks
 
 from privft.audit import AuditConfig, run_audit
 from privft.audit_context import AuditContext
@@ -69,12 +67,6 @@ SCRIPT = textwrap.dedent('''
 ''')
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _comparable(report: dict, *drop: str) -> str:
     """A report as sorted JSON without its creation time (and the `drop` keys): NaN scores compare equal as text."""
     return json.dumps({k: v for k, v in report.items() if k not in {"created", "generation", *drop}}, sort_keys=True)
@@ -93,12 +85,9 @@ def test_two_ranks_share_the_audit_and_rank_0_reports_what_one_process_does(tiny
     script = tmp_path / "audit_sharded.py"
     script.write_text(SCRIPT)
     command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2",
-               "--master_addr", "127.0.0.1", "--master_port", str(_free_port()), str(script), str(tmp_path),
+               "--master_addr", "127.0.0.1", "--master_port", str(free_port()), str(script), str(tmp_path),
                str(BATCH_SIZE)]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-4000:]
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    ranks = run_two_ranks(command, tmp_path)
     assert [r["world"] for r in ranks] == [2, 2]
 
     # The single-process audit of the same model, texts and settings, with the same row recorder.

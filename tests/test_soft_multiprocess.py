@@ -3,15 +3,12 @@ audit's scoring, rank 0 selects and every rank serves the same mask, and the aud
 
 from __future__ import annotations
 
-import json
-import os
-import socket
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from two_ranks import free_port, run_two_ranks
 
 pytestmark = pytest.mark.slow
 
@@ -96,12 +93,6 @@ SCRIPT = textwrap.dedent('''
 ''')
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_two_ranks_share_the_scoring_serve_one_mask_and_report_once(tmp_path: Path):
     script = tmp_path / "train_soft.py"
     script.write_text(SCRIPT)
@@ -109,12 +100,9 @@ def test_two_ranks_share_the_scoring_serve_one_mask_and_report_once(tmp_path: Pa
     # torchrun launcher, and the script's `use_cpu=True` makes it two CPU processes over gloo.
     command = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
                "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",
-               "--main_process_port", str(_free_port()), str(script), str(tmp_path), str(N_TRAIN), str(EPOCHS),
+               "--main_process_port", str(free_port()), str(script), str(tmp_path), str(N_TRAIN), str(EPOCHS),
                str(BATCH_SIZE)]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
-    assert result.returncode == 0, result.stderr[-4000:]
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    ranks = run_two_ranks(command, tmp_path)
     assert [r["world_size"] for r in ranks] == [2, 2]
     assert ranks[0]["masks"] == ranks[1]["masks"] and ranks[0]["history"] == ranks[1]["history"]
     assert len(ranks[0]["history"]) == EPOCHS  # a selection per epoch
