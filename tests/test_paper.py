@@ -251,3 +251,23 @@ def test_scales_round_trip_through_yaml(tmp_path):
         assert load_yaml(PaperScale, save_yaml(scale, tmp_path / f"{name}.yaml")) == scale
     with pytest.raises(ValueError, match="recall_shots=5 must be between 1 and the prefix pools"):
         PaperScale(recall_shots=5)
+
+
+def test_a_finished_cell_is_reused_only_with_the_settings_it_was_measured_with(tmp_path, caplog):
+    """run_cells reads matching cells without loading a model, and refuses a mismatch before computing anything."""
+    from dataclasses import asdict, replace
+
+    from privft.paper.reproduce import METHODS, Cell, cell_path, cell_recipe, run_cells
+
+    scale = PaperScale(domains=("Wiki",))
+    saved_before_start_tokens = cell_recipe(scale)
+    del saved_before_start_tokens["scale"]["start_token"]  # read as the rule cells were measured with before
+    for method, recipe in zip(METHODS, [cell_recipe(scale), saved_before_start_tokens, None, cell_recipe(scale)]):
+        path = cell_path(tmp_path, "Wiki", method)
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps(asdict(Cell("Wiki", method, {"n_members": 1}, recipe=recipe))))
+    assert [cell.method for cell in run_cells(scale, tmp_path)] == list(METHODS)
+    assert "saved before cells recorded their settings" in caplog.text  # the cell without a recipe
+    with pytest.raises(ValueError, match=r"Wiki/pretrained/cell.json was measured with other settings "
+                                         r"\(scale.n_members, scale.start_token\); pass another --out"):
+        run_cells(replace(scale, n_members=60, start_token="auto"), tmp_path)

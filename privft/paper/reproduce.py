@@ -8,8 +8,9 @@ recomputed. Every table is a view of the same cells.
 from __future__ import annotations
 
 import json
+import logging
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallba
 
 from privft.audit import AuditConfig, run_audit
 from privft.audit_context import AuditContext, generate_neighbours
+from privft.config import SAVED_BEFORE, from_dict
 from privft.data import MembershipSplit
 from privft.io import atomic_write_text
 from privft.metrics import evaluate_attack
@@ -34,8 +36,10 @@ from privft.pipeline import (
     run_training,
 )
 from privft.report import AuditReport
-from privft.scoring import StatsCache
+from privft.scoring import StatsCache, start_token_rule
 from privft.training import FinetuneSettings, LoraSettings
+
+logger = logging.getLogger(__name__)
 
 METHODS = ("pretrained", "full_ft", "lora", "soft")
 DP_METHODS = {"dp_eps_0.01": 0.01, "dp_eps_100": 100.0}  # Table 5's DP-LoRA rows: target ε of each
@@ -68,6 +72,9 @@ class PaperScale:
     max_length: int = 256
     seed: int = 0
     n_bootstrap: int = 1000
+    # The first token of every text (privft.scoring.start_token_rule): the rule docs/results/paper.md was measured
+    # with (<|im_start|> for SmolLM2), so the documented tables reproduce; "auto" for a new study.
+    start_token: str = field(default="bos-else-eos", metadata={SAVED_BEFORE: "bos-else-eos"})
 
     def __post_init__(self) -> None:
         analogues = domain_analogues()
@@ -102,6 +109,7 @@ class Cell:
     train_seconds: float | None = None
     adaptive: dict[str, Any] = field(default_factory=dict)
     privacy: dict[str, Any] | None = None  # DP-LoRA's guarantee (ε spent, δ, σ, steps) for the DP cells
+    recipe: dict[str, Any] | None = None  # what its numbers depend on (`cell_recipe`); None in cells saved before
 
 
 @dataclass
@@ -147,7 +155,8 @@ def run_config(scale: PaperScale, domain: str, method: str, out: Path) -> RunCon
     dp = DPSettings(target_epsilon=DP_METHODS[method], seed=scale.seed) if method in DP_METHODS else DPSettings()
     # privft's own end-of-training audit stays light; it fills the statistics cache the paper audit reads.
     light_audit = replace(audit_config(scale), attacks=("loss",), n_bootstrap=100)
-    return RunConfig(model=scale.model, training=training, soft=soft, dp=dp, audit=light_audit,
+    return RunConfig(model=scale.model, start_token=scale.start_token, training=training, soft=soft, dp=dp,
+                     audit=light_audit,
                      data=DataSettings(corpus=domain_analogues()[domain].corpus, max_words=scale.max_words))
 
 
@@ -225,22 +234,46 @@ def load_cell(path: Path) -> Cell:
     return Cell(**json.loads(path.read_text(encoding="utf-8")))
 
 
+def cell_recipe(scale: PaperScale) -> dict[str, Any]:
+    """What a cell's numbers depend on: the scale's settings (bar which other domains run) and the swap fractions."""
+    settings = {name: value for name, value in asdict(scale).items() if name != "domains"}
+    return {"scale": settings, "soft_fraction": SOFT_FRACTION, "attacker_fraction": ATTACKER_FRACTION}
+
+
+def check_recipe(cell: Cell, scale: PaperScale, path: Path) -> None:
+    """Refuse to reuse a finished cell measured with other settings, naming them; cells saved before recipes pass."""
+    if cell.recipe is None:
+        logger.warning("%s was saved before cells recorded their settings; it is reused unchecked.", path)
+        return
+    recipe = dict(cell.recipe)
+    saved = from_dict(PaperScale, {**recipe.pop("scale"), "domains": list(scale.domains)}, where=str(path), saved=True)
+    differ = [f"scale.{f.name}" for f in fields(PaperScale) if getattr(saved, f.name) != getattr(scale, f.name)]
+    differ += [key for key, value in cell_recipe(scale).items() if key != "scale" and recipe.get(key) != value]
+    if differ:
+        raise ValueError(f"{path} was measured with other settings ({', '.join(differ)}); pass another --out, or "
+                         "delete that cell's folder to re-run it.")
+
+
 def run_cells(scale: PaperScale, out: Path, methods: tuple[str, ...] = METHODS) -> list[Cell]:
-    """Every (domain, method) cell, computing only those without a cell.json under `out`."""
+    """Every (domain, method) cell, computing only those without a cell.json under `out` (finished ones must match)."""
     cells = []
-    for domain in scale.domains:
-        todo = [m for m in methods if not cell_path(out, domain, m).exists()]
-        if todo:
-            reference, tokenizer = load_model(scale.model, device="cuda" if torch.cuda.is_available() else None)
-            paraphraser = NeighbourParaphraser(reference, tokenizer, fraction=scale.neighbour_fraction)
-            data = domain_data(scale, domain, paraphraser)
-        for method in methods:
-            path = cell_path(out, domain, method)
-            if method in todo:
-                auditor = Auditor(scale, domain, method, data, reference, tokenizer, paraphraser)
-                cell = _run_cell(auditor, path.parent)
-                atomic_write_text(path, json.dumps(asdict(cell), allow_nan=True))
-            cells.append(load_cell(path))
+    with start_token_rule(scale.start_token):  # the neighbours, the pretrained audit and the adaptive attackers too
+        for domain in scale.domains:
+            for method in methods:
+                if cell_path(out, domain, method).exists():
+                    check_recipe(load_cell(cell_path(out, domain, method)), scale, cell_path(out, domain, method))
+            todo = [m for m in methods if not cell_path(out, domain, m).exists()]
+            if todo:
+                reference, tokenizer = load_model(scale.model, device="cuda" if torch.cuda.is_available() else None)
+                paraphraser = NeighbourParaphraser(reference, tokenizer, fraction=scale.neighbour_fraction)
+                data = domain_data(scale, domain, paraphraser)
+            for method in methods:
+                path = cell_path(out, domain, method)
+                if method in todo:
+                    auditor = Auditor(scale, domain, method, data, reference, tokenizer, paraphraser)
+                    cell = replace(_run_cell(auditor, path.parent), recipe=cell_recipe(scale))
+                    atomic_write_text(path, json.dumps(asdict(cell), allow_nan=True))
+                cells.append(load_cell(path))
     return cells
 
 
