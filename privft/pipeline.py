@@ -6,7 +6,7 @@ import json
 import time
 import warnings
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +24,8 @@ from privft.data.sources import load_source
 from privft.defend.evidence import finding_for
 from privft.defend.rules import check_schedule, get_rule
 from privft.defend.schedule import SoftSchedule, check_loss_source
-from privft.dp import make_private
+from privft.dp import DPSettings, make_private
 from privft.dp.callback import STATE_FILE as DP_STATE_FILE
-from privft.dp.engine import check_settings as check_dp_settings
 from privft.gate import GatePolicy, Verdict, check
 from privft.io import atomic_write_text
 from privft.models import DEFAULT_MODEL, cache_dir, hub_lookups_skipped, load_model
@@ -122,23 +121,6 @@ class SoftSettings:
         """The selection schedule these settings give (SOFT must be on: `rule` set)."""
         return SoftSchedule(rule=self.rule, select_ratio=self.select_ratio, warmup_epochs=self.warmup_epochs,
                             cumulative=self.cumulative, loss_source=self.loss_source)
-
-
-@dataclass
-class DPSettings:
-    """DP-LoRA (DP-SGD on the LoRA adapters, `privft.dp`); off when `target_epsilon` is None."""
-
-    target_epsilon: float | None = None
-    delta: float | None = None  # None: min(1e-5, 1/N^1.1) for N training sequences
-    max_grad_norm: float = 1.0  # C, the bound on each sequence's gradient norm
-    physical_batch_size: int | None = None  # sequences per forward pass; None: the whole logical batch
-    seed: int | None = None  # reproducible experiments only: batches and noise become recomputable; None: OS entropy
-
-    def __post_init__(self) -> None:
-        """Refuse what `make_private` would refuse after the split and manifest are written, named as config keys."""
-        if self.target_epsilon is None:
-            return
-        check_dp_settings(**asdict(self))  # make_private's own checks, under the same names
 
 
 @dataclass
@@ -337,7 +319,7 @@ def _train_and_audit(config: RunConfig, split: MembershipSplit | None,
     trainer = build_trainer(model, tokenizer, dataset, config.training, callbacks,
                             max_grad_norm=0.0 if private else 1.0)  # DP clips per sequence instead
     if private:
-        make_private(trainer, **asdict(config.dp))
+        make_private(trainer, config.dp)
     checkpoint = (last_complete_checkpoint(out, required=(DP_STATE_FILE,) if private else ())
                   if config.training.save_steps else None)
     if checkpoint:  # training.save_steps: an interrupted run with this config continues where its last save ended

@@ -14,7 +14,16 @@ import torch
 from peft import LoraConfig, get_peft_model
 from transformers import DataCollatorForLanguageModeling, Trainer, TrainerCallback, TrainingArguments
 
-from privft.dp import DPConfigError, DPLoraEngine, default_delta, group_privacy, make_private, sequence_losses
+from privft.config import SettingError
+from privft.dp import (
+    DPConfigError,
+    DPLoraEngine,
+    DPSettings,
+    default_delta,
+    group_privacy,
+    make_private,
+    sequence_losses,
+)
 from privft.dp.callback import STATE_FILE
 from privft.dp.engine import NOISE, SAMPLING
 from privft.training import LoraSettings, tokenize_for_training
@@ -61,7 +70,7 @@ def test_small_budgets_are_not_swamped_by_the_accountant_error():
 
 
 def test_lora_per_sample_gradients_equal_a_per_example_loop(lora_model, tokenizer, dataset):
-    engine = DPLoraEngine(target_epsilon=8.0)
+    engine = DPLoraEngine(DPSettings(target_epsilon=8.0))
     collate = DataCollatorForLanguageModeling(tokenizer, mlm=False)
     batch = collate([dataset[i] for i in range(5)])  # different lengths: right padding and -100 labels
     lora_model.train()
@@ -241,8 +250,8 @@ def test_noise_is_not_drawn_from_the_sampler_or_the_public_seed(lora_model, toke
     assert not _drawn_from(noise[0], public_seed_uniforms)
     assert len(starts) == 2 and not torch.equal(starts[SAMPLING], starts[NOISE])
     assert trainer.dp.summary()["randomness"] == "os_entropy"
-    assert DPLoraEngine(target_epsilon=1.0).generator(NOISE).initial_seed() != \
-        DPLoraEngine(target_epsilon=1.0).generator(NOISE).initial_seed()  # fresh OS entropy each time
+    assert DPLoraEngine(DPSettings(target_epsilon=1.0)).generator(NOISE).initial_seed() != \
+        DPLoraEngine(DPSettings(target_epsilon=1.0)).generator(NOISE).initial_seed()  # fresh OS entropy each time
 
 
 def test_group_privacy_bound():
@@ -276,14 +285,26 @@ def test_rows_without_token_ids_are_refused(lora_model, tokenizer, tmp_path):
         trainer.get_train_dataloader()
 
 
+def test_make_private_takes_the_configs_settings_and_its_fields_as_keywords(lora_model, tokenizer, dataset, tmp_path):
+    """One DPSettings serves the YAML and make_private; keywords override it, and a missing ε is refused."""
+    settings = DPSettings(target_epsilon=4.0, max_grad_norm=0.5, seed=3)
+    trainer = make_private(_trainer(lora_model, tokenizer, dataset, tmp_path), settings, physical_batch_size=2)
+    assert (trainer.dp.target_epsilon, trainer.dp.max_grad_norm, trainer.dp.seed, trainer.dp.physical_batch_size) \
+        == (4.0, 0.5, 3, 2)
+    with pytest.raises(DPConfigError, match=r"set target_epsilon, e.g. make_private\(trainer, target_epsilon=8.0\)"):
+        make_private(_trainer(lora_model, tokenizer, dataset, tmp_path / "no-epsilon"))
+    with pytest.raises(SettingError, match="max_grad_norm=0"):
+        make_private(_trainer(lora_model, tokenizer, dataset, tmp_path / "bad"), target_epsilon=8.0, max_grad_norm=0)
+
+
 def test_delta_not_below_one_over_n_warns():
-    engine = DPLoraEngine(target_epsilon=8.0, delta=0.05)
+    engine = DPLoraEngine(DPSettings(target_epsilon=8.0, delta=0.05))
     with pytest.warns(UserWarning, match=r"delta=0\.05 is not below 1/N = 0\.0208333 for the N = 48 .*"
                                          r"min\(1e-5, 1/N\^1\.1\) = 1e-05"):
         engine.calibrate(48, 8, 4)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        DPLoraEngine(target_epsilon=8.0).calibrate(48, 8, 4)
+        DPLoraEngine(DPSettings(target_epsilon=8.0)).calibrate(48, 8, 4)
 
 
 def test_sft_trainer_trains_privately(lora_model, tokenizer, dataset, tmp_path):

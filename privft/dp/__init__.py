@@ -13,10 +13,11 @@ from privft.dp.callback import DPLoraCallback
 from privft.dp.checks import DPConfigError, check_trainer, privacy_problems
 from privft.dp.engine import PRIVACY_UNIT, DPLoraEngine
 from privft.dp.loss import sequence_losses
+from privft.dp.settings import DPSettings
 from privft.dp.trainer import DPLoraTrainerMixin, make_private
 
 __all__ = [
     "PRIVACY_UNIT", "Calibration", "DPConfigError", "DPLoraCallback", "DPLoraEngine", "DPLoraTrainerMixin",
-    "calibrate", "check_trainer", "default_delta", "epsilon_rdp", "epsilon_spent", "group_privacy", "make_private",
-    "privacy_problems", "sequence_losses",
+    "DPSettings", "calibrate", "check_trainer", "default_delta", "epsilon_rdp", "epsilon_spent", "group_privacy",
+    "make_private", "privacy_problems", "sequence_losses",
 ]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections import Counter
 from collections.abc import Iterable
@@ -14,35 +13,21 @@ from opacus.accountants import PRVAccountant
 from opacus.grad_sample import prepare_module
 from opacus.optimizers import DPOptimizer
 
-from privft.config import require
 from privft.dp.accounting import Calibration, calibrate, default_delta, epsilon_rdp, epsilon_spent, group_privacy
 from privft.dp.checks import DPConfigError
+from privft.dp.settings import DPSettings
 
 PRIVACY_UNIT = "one training sequence"
 SAMPLING, NOISE = 0, 1  # the two random streams: Poisson batch masks and Gaussian noise, never the same generator
 
 
-def check_settings(*, target_epsilon: float, delta: float | None, max_grad_norm: float,
-                   physical_batch_size: int | None, seed: int | None) -> None:
-    """Refuse DP settings the engine cannot run; the `SettingError` names the keyword at fault."""
-    require(target_epsilon > 0 and math.isfinite(target_epsilon), "target_epsilon", target_epsilon,
-            "must be a positive finite number.")
-    require(delta is None or 0 < delta < 1, "delta", delta,
-            "must be in (0, 1), or None for min(1e-5, 1/N^1.1).")
-    require(max_grad_norm > 0, "max_grad_norm", max_grad_norm,
-            "must be positive: it is the per-sequence clipping bound C that the noise is scaled to.")
-    require(physical_batch_size is None or physical_batch_size >= 1, "physical_batch_size", physical_batch_size,
-            "must be a positive integer or None.")
-    require(seed is None or seed >= 0, "seed", seed,
-            "must be a non-negative integer, or None for fresh OS entropy.")
-
-
 class DPLoraEngine:
     """Calibrates σ for a target ε, counts noised steps in a PRV accountant and owns the opacus hooks.
 
-    `max_grad_norm` (C) bounds each sequence's gradient; the logical batch size L is the Trainer's
-    `per_device_train_batch_size`, the expected size of a Poisson batch; `physical_batch_size`
-    (P, default L) bounds how many sequences go through one forward pass.
+    Its settings are a `DPSettings`. `max_grad_norm` (C) bounds each sequence's gradient; the
+    logical batch size L is the Trainer's `per_device_train_batch_size`, the expected size of a
+    Poisson batch; `physical_batch_size` (P, default L) bounds how many sequences go through one
+    forward pass.
 
     The Poisson sampler and the noise each get their own torch.Generator, seeded from fresh OS
     entropy, never from `TrainingArguments.seed`, and the seeds are kept nowhere. `seed`
@@ -51,15 +36,15 @@ class DPLoraEngine:
     secret (the assumption opacus' `secure_mode` strengthens with a cryptographic generator).
     """
 
-    def __init__(self, *, target_epsilon: float, delta: float | None = None, max_grad_norm: float = 1.0,
-                 physical_batch_size: int | None = None, seed: int | None = None) -> None:
-        check_settings(target_epsilon=target_epsilon, delta=delta, max_grad_norm=max_grad_norm,
-                       physical_batch_size=physical_batch_size, seed=seed)
-        self.target_epsilon = float(target_epsilon)
-        self.delta = delta
-        self.max_grad_norm = float(max_grad_norm)
-        self.physical_batch_size = physical_batch_size
-        self.seed = seed
+    def __init__(self, settings: DPSettings) -> None:
+        if settings.target_epsilon is None:
+            raise DPConfigError("DP-LoRA needs the ε to spend: set target_epsilon, e.g. "
+                                "make_private(trainer, target_epsilon=8.0).")
+        self.target_epsilon = float(settings.target_epsilon)
+        self.delta = settings.delta
+        self.max_grad_norm = float(settings.max_grad_norm)
+        self.physical_batch_size = settings.physical_batch_size
+        self.seed = settings.seed
         self.logical_batch_size: int | None = None
         self.n_examples: int | None = None
         self.calibration: Calibration | None = None

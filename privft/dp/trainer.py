@@ -10,6 +10,7 @@ the realised batch size. An empty draw is a noise-only step.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -29,6 +30,7 @@ from privft.dp.checks import DPConfigError, check_trainer
 from privft.dp.engine import SAMPLING, DPLoraEngine
 from privft.dp.loss import sequence_losses
 from privft.dp.sampling import is_empty, poisson_dataloader
+from privft.dp.settings import DPSettings
 from privft.io import atomic_write_text
 from privft.training import last_complete_checkpoint
 
@@ -163,10 +165,11 @@ def _private_class(trainer_class: type[Trainer]) -> type[Trainer]:
     return type(f"DPLora{trainer_class.__name__}", (DPLoraTrainerMixin, trainer_class), {})
 
 
-def make_private(trainer: Trainer, *, target_epsilon: float, delta: float | None = None,
-                 max_grad_norm: float = 1.0, physical_batch_size: int | None = None,
-                 seed: int | None = None) -> Trainer:
+def make_private(trainer: Trainer, settings: DPSettings | None = None, **fields: Any) -> Trainer:
     """Make `trainer` (a Trainer or SFTTrainer on a peft LoRA model) train with DP-SGD; returns it.
+
+    The settings are a `DPSettings` (the YAML's `dp:` section), its fields given as keywords, or
+    both (the keywords win): `make_private(trainer, target_epsilon=8.0)`.
 
     target_epsilon: ε after the whole run (PRV accountant), for δ = `delta` (default
         min(1e-5, 1/N^1.1) for N training sequences). The noise is calibrated for the run's
@@ -191,8 +194,7 @@ def make_private(trainer: Trainer, *, target_epsilon: float, delta: float | None
     if isinstance(trainer, DPLoraTrainerMixin):
         raise ValueError("This trainer is already private; call make_private once per Trainer.")
     check_trainer(trainer)
-    engine = DPLoraEngine(target_epsilon=target_epsilon, delta=delta, max_grad_norm=max_grad_norm,
-                          physical_batch_size=physical_batch_size, seed=seed)
+    engine = DPLoraEngine(dataclasses.replace(settings or DPSettings(), **fields))
     trainer.__class__ = _private_class(type(trainer))
     trainer.dp = engine
     trainer.add_callback(DPLoraCallback(engine))
