@@ -216,8 +216,10 @@ def _reproduce(args: argparse.Namespace) -> None:
     from privft.paper.command import reproduce, reproduce_from_compare
 
     if args.from_compare:
-        print(reproduce_from_compare(args.table, args.from_compare))
+        print(reproduce_from_compare(args.table, args.from_compare, finished_only=args.finished_only))
         return
+    if args.finished_only:
+        raise ValueError("--finished-only reads a comparison's cells: give it with --from-compare CONFIG.")
     domains = tuple(args.domains.split(",")) if args.domains else None
     print(reproduce(args.table, args.scale, args.out, domains))
 
@@ -409,6 +411,8 @@ def build_parser() -> argparse.ArgumentParser:
                            help="fill table1 from a `privft compare` config's cells (pretrained, full FT, LoRA, SOFT "
                                 "release and paper rules), running the missing ones, e.g. "
                                 "experiments/compare-scale.yaml")
+    reproduce.add_argument("--finished-only", action="store_true",
+                           help="with --from-compare: run no cell, tabulate the finished ones and name the pending")
     reproduce.set_defaults(run=_reproduce)
     return parser
 

@@ -179,3 +179,11 @@ def test_reproduce_table1_from_a_comparisons_cells(config, tmp_path, capsys):
     assert (tmp_path / "compare" / "table1.png").read_bytes()[:4] == b"\x89PNG"
     with pytest.raises(SystemExit, match="--from-compare fills table1 only"):
         main(["reproduce", "tpr", "--from-compare", str(path)])
+    (tmp_path / "compare" / "cells" / "full-fine-tuning" / "cell.json").unlink()  # as if it had not run yet
+    main(["reproduce", "table1", "--from-compare", str(path), "--finished-only"])
+    printed = capsys.readouterr().out
+    assert "| Attack | local data Pretrained | local data LoRA | local data SOFT |" in printed
+    assert "Pending cells (not yet run; rerun without --finished-only to run them): full fine-tuning." in printed
+    assert not (tmp_path / "compare" / "cells" / "full-fine-tuning" / "cell.json").exists()  # nothing ran
+    with pytest.raises(SystemExit, match="--finished-only reads a comparison's cells"):
+        main(["reproduce", "table1", "--finished-only"])

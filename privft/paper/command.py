@@ -43,15 +43,20 @@ def reproduce(table: str, scale_name: str, out: str | Path, domains: tuple[str, 
     return text
 
 
-def reproduce_from_compare(table: str, config_path: str | Path) -> str:
-    """Table 1's layout filled from the cells of the comparison `config_path` (run or reused), beside the paper's."""
+def reproduce_from_compare(table: str, config_path: str | Path, *, finished_only: bool = False) -> str:
+    """Table 1's layout filled from the cells of the comparison `config_path` (run or reused), beside the paper's.
+
+    `finished_only` runs no cell: the table holds the finished ones and names the pending ones.
+    """
     if table != "table1":
         raise ValueError(f"--from-compare fills table1 only (a comparison's audit has no context attacks for {table});"
                          f" run `privft reproduce {table} --scale quick` instead.")
     config = load_yaml(CompareConfig, config_path)
-    cells = compare_cells(config)
+    cells, pending = compare_cells(config, finished_only=finished_only)
     text = (f"## SOFT table1: measured ({config.run.model}, the split of {config_path}) vs published\n\n"
             f"{table1_markdown(cells, load_published())}")
+    if pending:
+        text += f"\nPending cells (not yet run; rerun without --finished-only to run them): {', '.join(pending)}.\n"
     directory = Path(config.output_dir)
     atomic_write_text(directory / "table1.md", text)
     atomic_write_bytes(directory / "table1.png", mean_auc_png(cells, load_published()))

@@ -30,16 +30,21 @@ def paper_domain(config: CompareConfig) -> str:
     return next((paper for paper, analogue in domain_analogues().items() if analogue.corpus == corpus), corpus)
 
 
-def compare_cells(config: CompareConfig) -> list[Cell]:
-    """Run (or reuse) the comparison's cells that Table 1 needs, as the reproduction's cells."""
+def compare_cells(config: CompareConfig, *, finished_only: bool = False) -> tuple[list[Cell], list[str]]:
+    """The comparison's cells that Table 1 needs, as the reproduction's cells, run (or reused), and those pending.
+
+    `finished_only` runs none: the table holds the finished cells and names the pending ones.
+    """
     methods = paper_methods(config)
-    comparison = run_compare(config, only=list(methods.values()))
+    comparison = run_compare(config, only=list(methods.values()), finished_only=finished_only)
     rows = {row["name"]: row for row in comparison.rows}
     slugs = {cell.name: cell.slug for cell in grid_cells(config)}
     domain = paper_domain(config)
     cells = []
     for method, name in methods.items():
-        row = rows[name]
+        row = rows.get(name)
+        if row is None:
+            continue
         report = json.loads((config.cells_path / slugs[name] / "report.json").read_text(encoding="utf-8"))
         cells.append(Cell(domain, method, report, row["train_seconds"], row["adaptive"] or {}, row["privacy"]))
-    return cells
+    return cells, [name for name in methods.values() if name not in rows]
