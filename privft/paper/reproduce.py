@@ -258,10 +258,10 @@ def run_cells(scale: PaperScale, out: Path, methods: tuple[str, ...] = METHODS) 
     """Every (domain, method) cell, computing only those without a cell.json under `out` (finished ones must match)."""
     cells = []
     with start_token_rule(scale.start_token):  # the neighbours, the pretrained audit and the adaptive attackers too
+        finished = [cell_path(out, d, m) for d in scale.domains for m in methods if cell_path(out, d, m).exists()]
+        for path in finished:  # every mismatch is refused before anything runs
+            check_recipe(load_cell(path), scale, path)
         for domain in scale.domains:
-            for method in methods:
-                if cell_path(out, domain, method).exists():
-                    check_recipe(load_cell(cell_path(out, domain, method)), scale, cell_path(out, domain, method))
             todo = [m for m in methods if not cell_path(out, domain, m).exists()]
             if todo:
                 reference, tokenizer = load_model(scale.model, device="cuda" if torch.cuda.is_available() else None)
