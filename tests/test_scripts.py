@@ -45,3 +45,23 @@ def test_update_study_doc_replaces_only_the_text_between_its_markers(tmp_path):
     run = subprocess.run([sys.executable, str(SCRIPTS / "update_study_doc.py"), str(comparison), str(page)],
                          capture_output=True, text=True)
     assert run.returncode != 0 and "needs one" in run.stderr
+
+
+def test_soft_defaults_ranks_the_cells_that_fine_tuned_by_auc_drop_per_perplexity_point(tmp_path):
+    def row(name: str, family: str, auc: float, caught: int, perplexity: float) -> dict:
+        tpr = [{"max_fpr": 0.01, "true_positives": caught + 10, "n_members": 50},
+               {"max_fpr": 0.001, "true_positives": caught, "n_members": 50}]
+        return {"name": name, "family": family, "strongest": {"auc": auc, "tpr": tpr}, "perplexity": perplexity}
+
+    rows = [row("pretrained", "pretrained", 0.5, 0, 20.0), row("LoRA r=16", "lora", 1.0, 40, 10.0),
+            row("weak", "soft", 0.98, 38, 10.5), row("strong", "soft", 0.8, 10, 12.0),
+            row("salad", "soft", 0.5, 0, 30.0)]
+    path = tmp_path / "compare.json"
+    path.write_text(json.dumps({"pretrained_perplexity": 20.0, "rows": rows}))
+    run = subprocess.run([sys.executable, str(SCRIPTS / "soft_defaults.py"), str(path)],
+                         capture_output=True, text=True, check=True)
+    lines = run.stdout.strip().splitlines()
+    assert lines[0].startswith("| configuration | AUC drop | TPR@0.1 % drop (of 50) |")
+    assert lines[2] == "| strong | 1.000 → 0.800: 0.200 | 40 → 10: 30 | 10.00 → 12.00: 2.00 | 0.100 | 15 |"
+    assert lines[3] == "| weak | 1.000 → 0.980: 0.020 | 40 → 38: 2 | 10.00 → 10.50: 0.50 | 0.040 | 4 |"
+    assert lines[-1] == "Not fine-tuned (validation perplexity at or above the pretrained model's 20.00): salad."

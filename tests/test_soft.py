@@ -440,6 +440,8 @@ def test_a_configuration_measured_as_ineffective_warns_where_it_is_configured():
         SoftSettings(rule="release")  # the defaults with the release rule: the study's centre
     with pytest.warns(UserWarning, match=r"perplexity 57.98 against 23.41 before fine-tuning"):
         SoftSettings(rule="all-after-warmup")  # the non-selective control at the centre
+    with pytest.warns(UserWarning, match=r"leaks through its kept prefix: .*0.967.*mode: rewrite-only"):
+        SoftSettings(rule="release", mode="prefix+rewrite")  # the centre with the verbatim first half trained on
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         SoftSettings(rule="release", paraphraser_options={"fraction": 0.5})  # measured: protects at a cost; no warning
