@@ -12,7 +12,7 @@ scale=experiments/compare-scale.yaml
 [ -f runs/support-tickets/support-tickets.md ] ||                                  # seed 000's walk-through
   "$PRIVFT" example support-tickets --out runs/support-tickets                     # (docs/examples/support-tickets.md)
 "$PRIVFT" compare "$study" --cell "SOFT release, prefix kept + rewritten suffix"  # format: the kept prefix
-"$PRIVFT" compare experiments/soft-study-llm.yaml                                 # the LLM arm (~2 h; rewrites cached as they land)
+"$PRIVFT" compare "$study" --cell "SOFT release, suffix rewritten by the LLM"       # the LLM arm (~2 h; rewrites cached)
 "$PRIVFT" compare "$study"                                                        # the rest of the study
 "$PRIVFT" compare "$scale" --cell "DP-LoRA ε=8 (r=16)"                            # DP beside SOFT
 "$PRIVFT" compare "$scale" --cell "LoRA r=4" --cell "LoRA r=64"                   # the rank curve

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -187,3 +189,19 @@ def test_reproduce_table1_from_a_comparisons_cells(config, tmp_path, capsys):
     assert not (tmp_path / "compare" / "cells" / "full-fine-tuning" / "cell.json").exists()  # nothing ran
     with pytest.raises(SystemExit, match="--finished-only reads a comparison's cells"):
         main(["reproduce", "table1", "--finished-only"])
+
+
+def test_the_documented_grids_load_and_the_scale_grids_share_their_cells():
+    """Every committed comparison builds its cells; the SOFT study and the scale grid share one split and run."""
+    experiments = Path(__file__).parent.parent / "experiments"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the study selects configurations privft warns about, on purpose
+        grids = {name: load_yaml(CompareConfig, experiments / f"{name}.yaml")
+                 for name in ("compare-smollm2", "compare-scale", "soft-study")}
+        cells = {name: {cell.name: cell for cell in grid_cells(config)} for name, config in grids.items()}
+    study, scale = grids["soft-study"], grids["compare-scale"]
+    assert study.run == scale.run and study.cells_dir == scale.cells_dir
+    shared = set(cells["soft-study"]) & set(cells["compare-scale"])
+    assert {"pretrained (not fine-tuned)", "LoRA r=16", "SOFT release (r=16)", "SOFT paper (r=16)"} <= shared
+    assert all(cells["soft-study"][name].config == cells["compare-scale"][name].config for name in shared)
+    assert scale.run.data.n_members == 500 and scale.run.data.n_non_members == 2000
