@@ -191,6 +191,16 @@ def test_reproduce_table1_from_a_comparisons_cells(config, tmp_path, capsys):
         main(["reproduce", "table1", "--finished-only"])
 
 
+def test_table1s_soft_column_is_the_release_faithful_cell_where_the_grid_has_one(config):
+    from privft.paper.from_compare import paper_methods
+
+    config.grid = GridSettings(lora_ranks=(), soft_rules=("release",), dp_epsilons=())
+    assert paper_methods(config)["soft"] == "SOFT release (r=4)"  # the release rule at the grid's paraphraser
+    config.grid.cells = (CellSpec("SOFT release, LLM", set={"soft.rule": "release", "soft.paraphraser": "llm",
+                                                             "soft.paraphraser_options": {}}),)
+    assert paper_methods(config)["soft"] == "SOFT release, LLM"  # release rule, LLM rewrite, trained on it alone
+
+
 def test_the_documented_grids_load_and_the_scale_grids_share_their_cells():
     """Every committed comparison builds its cells; the SOFT study and the scale grid share one split and run."""
     experiments = Path(__file__).parent.parent / "experiments"
@@ -202,6 +212,7 @@ def test_the_documented_grids_load_and_the_scale_grids_share_their_cells():
     study, scale = grids["soft-study"], grids["compare-scale"]
     assert study.run == scale.run and study.cells_dir == scale.cells_dir
     shared = set(cells["soft-study"]) & set(cells["compare-scale"])
-    assert {"pretrained (not fine-tuned)", "LoRA r=16", "SOFT release (r=16)", "SOFT paper (r=16)"} <= shared
+    assert {"pretrained (not fine-tuned)", "LoRA r=16", "SOFT release (r=16)", "SOFT paper (r=16)",
+            "SOFT release, suffix rewritten by the LLM"} <= shared
     assert all(cells["soft-study"][name].config == cells["compare-scale"][name].config for name in shared)
     assert scale.run.data.n_members == 500 and scale.run.data.n_non_members == 2000

@@ -5,16 +5,28 @@ from __future__ import annotations
 import json
 
 from privft.compare import PRETRAINED, CompareConfig, grid_cells, run_compare
+from privft.compare import Cell as GridCell
 from privft.paper.published import domain_analogues
 from privft.paper.reproduce import Cell
 
 
+def release_faithful(cell: GridCell) -> bool:
+    """Whether the cell is SOFT as the released code ran it: release rule, an LLM rewrite, trained on it alone."""
+    soft = cell.config.soft
+    return cell.family == "soft" and (soft.rule, soft.paraphraser, soft.mode) == ("release", "llm", "rewrite-only")
+
+
 def paper_methods(config: CompareConfig) -> dict[str, str]:
-    """Paper method → the comparison's cell standing for it: pretrained, FT, LoRA, SOFT (release rule; paper rule)."""
+    """Paper method → the comparison's cell standing for it: pretrained, FT, LoRA, SOFT (release rule; paper rule).
+
+    SOFT is the release-faithful cell where the grid has one, else the release rule's cell at the grid's settings.
+    """
     rank = config.run.training.lora.rank if config.run.training.lora else None
+    cells = grid_cells(config)
+    soft = next((cell.name for cell in cells if release_faithful(cell)), f"SOFT release (r={rank})")
     wanted = {"pretrained": PRETRAINED, "full_ft": "full fine-tuning", "lora": f"LoRA r={rank}",
-              "soft": f"SOFT release (r={rank})", "soft_paper": f"SOFT paper (r={rank})"}
-    names = {cell.name for cell in grid_cells(config)}
+              "soft": soft, "soft_paper": f"SOFT paper (r={rank})"}
+    names = {cell.name for cell in cells}
     missing = [name for method, name in wanted.items() if name not in names and method != "soft_paper"]
     if missing:
         raise ValueError(f"The comparison has no cell {', '.join(map(repr, missing))}, which Table 1 needs: set "
