@@ -281,10 +281,12 @@ class AdaptiveAudit(TrainerCallback):
     def __init__(self, config: RunConfig, settings: AdaptiveSettings) -> None:
         self.config, self.settings = config, settings
         self.result: dict[str, Any] | None = None
+        self.seconds = 0.0  # the attackers' own time (their rewrites included), kept out of the training time
 
     def on_train_end(self, args: Any, state: Any, control: Any, model: PreTrainedModel | None = None,
                      processing_class: Any = None, **kwargs: Any) -> None:
         """Score the subsample with the non-adaptive Ratio attack and both adaptive attackers."""
+        started = time.perf_counter()
         config, settings = self.config, self.settings
         split = load_split(config.data)
         rng = np.random.default_rng(settings.seed)
@@ -303,6 +305,7 @@ class AdaptiveAudit(TrainerCallback):
                                                              n_bootstrap=config.audit.n_bootstrap,
                                                              seed=config.audit.seed))
                        for name, values in scores.items()}
+        self.seconds = time.perf_counter() - started
 
 
 def _finish_rows(rows: list[dict[str, Any]], reference_perplexity: float) -> None:
@@ -409,8 +412,11 @@ def run_compare(config: CompareConfig, *, finished_only: bool = False, only: Seq
             else:
                 result = run_training(cell.config, extra_callbacks=[adaptive] if adaptive else [])
         seconds.append(time.perf_counter() - start)
-        rows[index] = {**cell_row(cell, result), "adaptive": adaptive.result if adaptive else None,
-                       "cell_seconds": seconds[-1]}
+        row = cell_row(cell, result)
+        if adaptive:  # its attackers run at the end of training, inside the training clock: not training time
+            row["train_seconds"] -= adaptive.seconds
+        rows[index] = {**row, "adaptive": adaptive.result if adaptive else None,
+                       "adaptive_seconds": adaptive.seconds if adaptive else None, "cell_seconds": seconds[-1]}
         atomic_write_text(path, json.dumps(rows[index], indent=1))
         todo.remove(cell)
         ran.append(cell.name)
@@ -505,7 +511,9 @@ def comparison_table(comparison: Comparison) -> str:
                   "non-members (strongest attack); the strongest attack is picked after the fact, which "
                   "flatters it; mean cells average rate and count over the attacks. ε is the PRV bound spent by "
                   "DP-LoRA (∞: no DP guarantee). × LoRA: training time over plain LoRA at the base rank (audits "
-                  "excluded, and so is SOFT's paraphrasing, done once before training and cached). "
+                  "excluded, and so is SOFT's paraphrasing, done once before training and cached; the adaptive "
+                  "attackers too in cells that record their time as adaptive_seconds, while earlier cells include "
+                  "it). "
                   f"{NO_TRAINING}: validation perplexity not at least {MIN_PERPLEXITY_GAIN:.0%} below the "
                   "pretrained model's. ΔAUC vs LoRA: the cell's AUC minus plain LoRA's on plain LoRA's strongest "
                   "attack, over the same texts, with a paired bootstrap interval (✱: excludes 0). Gain kept: the "

@@ -133,6 +133,9 @@ def test_the_base_model_is_scored_once_per_grid(config, monkeypatch):
     adaptive = comparison.rows[1]["adaptive"]
     assert set(adaptive) == {"non-adaptive (Ratio)", "knows the selection strategy", "knows paraphraser and selection"}
     assert all(m["tpr"][0]["n_members"] == 4 and m["tpr"][0]["n_non_members"] == 6 for m in adaptive.values())
+    trained = comparison.rows[1]  # the attackers run inside the training clock, and are taken out of it
+    assert 0 < trained["adaptive_seconds"] and trained["train_seconds"] + trained["adaptive_seconds"] < \
+        trained["cell_seconds"]
     table = (comparison.output_dir / "compare.md").read_text()
     assert "Attackers who know the defence (4 members vs 6 non-members" in table and "Gain kept" in table
     config.grid.lora_ranks = (2, 8)
