@@ -409,7 +409,7 @@ def build_parser() -> argparse.ArgumentParser:
     reproduce.add_argument("--out", default="runs/paper", help="cells are kept here and reused (resumable)")
     reproduce.add_argument("--from-compare", metavar="CONFIG",
                            help="fill table1 from a `privft compare` config's cells (pretrained, full FT, LoRA, SOFT "
-                                "release and paper rules), running the missing ones, e.g. "
+                                "release-faithful or release rule, and paper rule), running the missing ones, e.g. "
                                 "experiments/compare-scale.yaml")
     reproduce.add_argument("--finished-only", action="store_true",
                            help="with --from-compare: run no cell, tabulate the finished ones and name the pending")

@@ -23,6 +23,7 @@ class DPSettings:
     seed: int | None = None  # reproducible experiments only: batches and noise become recomputable; None: OS entropy
 
     def __post_init__(self) -> None:
+        """Refuse an ε, δ, C, chunk size or seed the engine could not run (nothing to check with DP off)."""
         if self.target_epsilon is None:
             return
         require(self.target_epsilon > 0 and math.isfinite(self.target_epsilon), "target_epsilon",
