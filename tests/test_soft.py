@@ -442,6 +442,8 @@ def test_a_configuration_measured_as_ineffective_warns_where_it_is_configured():
         SoftSettings(rule="all-after-warmup")  # the non-selective control at the centre
     with pytest.warns(UserWarning, match=r"leaks through its kept prefix: .*0.967.*mode: rewrite-only"):
         SoftSettings(rule="release", mode="prefix+rewrite")  # the centre with the verbatim first half trained on
+    with pytest.warns(UserWarning, match=r"protects no more than rewriting the second half alone.*42.07"):
+        SoftSettings(rule="release", prefix_keep_ratio=0.0)  # the centre with the whole text rewritten
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         SoftSettings(rule="release", paraphraser_options={"fraction": 0.5})  # measured: protects at a cost; no warning

@@ -39,6 +39,12 @@ FINDINGS = (
             "against plain LoRA (500 members vs 2,000 non-members; that attacker 300 vs 600); train on the rewritten "
             "part alone (mode: rewrite-only)",
             "docs/results/soft-study.md (privft compare experiments/soft-study.yaml)"),
+    Finding("release", "rewrite-only", "neighbour", 1.0, 0.0,
+            "protects no more than rewriting the second half alone and costs more utility than fine-tuning gains: "
+            "strongest-attack AUC 0.998 → 0.724 and TPR at FPR ≤ 0.1 % 435/500 → 7/500 against plain LoRA r=16, "
+            "but validation perplexity 42.07 against 23.41 before fine-tuning and 15.96 for plain LoRA (500 members "
+            "vs 2,000 non-members)",
+            "docs/results/soft-study.md (privft compare experiments/soft-study.yaml)"),
     Finding("all-after-warmup", "rewrite-only", "neighbour", 1.0, 0.5,
             "protects but costs more utility than fine-tuning gains: strongest-attack AUC 0.998 → 0.674 and TPR at "
             "FPR ≤ 0.1 % 435/500 → 0/500 against plain LoRA r=16, but validation perplexity 57.98 against 23.41 "
