@@ -89,9 +89,10 @@ class SoftSettings:
     loss_source: str = SoftSchedule.loss_source
     paraphraser: str = "neighbour"
     paraphraser_model: str | None = None  # default: the run's base model
-    # The defaults follow the SOFT study (docs/results/soft-study.md): with the paper rule, swapping every eligible
-    # word of the second half and training on that rewritten half alone gave the most protection per unit of
-    # perplexity measured so far. `fraction` is the word-swap paraphrasers' option; give {} for "llm".
+    # The defaults follow the SOFT study (docs/results/soft-study.md): the paper rule with eval-mode losses, every
+    # eligible word of the second half swapped and that rewritten half trained on alone. It ties on protection per
+    # unit of perplexity with the training-pass source (which protects less) and the LLM rewrite (which costs
+    # seconds per text). `fraction` is the word-swap paraphrasers' option; give {} for "llm".
     paraphraser_options: dict[str, Any] = field(default_factory=lambda: {"fraction": 1.0})
     prefix_keep_ratio: float = 0.5
     mode: str = "rewrite-only"  # as the released code trained; or "prefix+rewrite" (the kept half leaks)

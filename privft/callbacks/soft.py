@@ -76,7 +76,9 @@ class SelectiveObfuscationCallback(TrainerCallback, ExportableState):
     original texts in eval mode without gradients at each selection (paper-faithful);
     ``"training"`` reuses the per-sample losses of the previous epoch's training forward
     passes (`TrainingPassLosses`, no extra pass; a sample not yet trained on, as at a selection
-    before any step, is scored in eval mode). Validation texts are always scored in eval mode.
+    before any step, is scored in eval mode; on the SOFT study's split it selected a subset of
+    the eval source's samples and protected less, docs/results/soft-study.md). Validation texts
+    are always scored in eval mode.
 
     `cumulative=True` (the default) ORs each new selection into the previous mask: once a sample
     has been judged memorised its original is never trained on again. The release rule is
