@@ -615,6 +615,8 @@ def rank_curve_png(comparison: Comparison) -> bytes:
     utility.set(xscale="log", xticks=ranks, xticklabels=[str(r) for r in ranks], xlabel="LoRA rank",
                 ylabel="validation perplexity", title="Utility by rank")
     utility.legend(fontsize=7)
+    for axes in (privacy, utility):
+        axes.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())  # the ranks alone, not log-scale minors
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=120, bbox_inches="tight")
     plt.close(fig)

@@ -35,12 +35,17 @@ def test_update_study_doc_replaces_only_the_text_between_its_markers(tmp_path):
     comparison.mkdir()
     (comparison / "compare.md").write_text("| new | table |\n")
     (comparison / "compare.png").write_bytes(b"png")
+    (comparison / "compare.json").write_text("{}")
     page = tmp_path / "page.md"
     page.write_text("# Page\n\n<!-- compare.md begins -->\n| old |\n<!-- compare.md ends -->\n\nReading.\n")
     subprocess.run([sys.executable, str(SCRIPTS / "update_study_doc.py"), str(comparison), str(page)], check=True)
     assert page.read_text() == ("# Page\n\n<!-- compare.md begins -->\n| new | table |\n<!-- compare.md ends -->\n\n"
                                 "Reading.\n")
-    assert (tmp_path / "page.png").read_bytes() == b"png"
+    assert (tmp_path / "page.png").read_bytes() == b"png" and (tmp_path / "page.json").read_text() == "{}"
+    assert not (tmp_path / "page-rank.png").exists()
+    (comparison / "compare-rank.png").write_bytes(b"rank")  # a grid with two LoRA ranks has its rank curve too
+    subprocess.run([sys.executable, str(SCRIPTS / "update_study_doc.py"), str(comparison), str(page)], check=True)
+    assert (tmp_path / "page-rank.png").read_bytes() == b"rank"
     page.write_text("no markers\n")
     run = subprocess.run([sys.executable, str(SCRIPTS / "update_study_doc.py"), str(comparison), str(page)],
                          capture_output=True, text=True)
