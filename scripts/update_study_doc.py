@@ -29,7 +29,8 @@ def refreshed(page: str, table: str) -> str:
 def main() -> None:
     """Replace the page's measured tables and copy its rows and plots."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("comparison", type=Path, help="a privft compare output_dir (compare.md, compare.png)")
+    parser.add_argument("comparison", type=Path,
+                        help="a privft compare output_dir (compare.md, compare.json, compare.png)")
     parser.add_argument("page", type=Path, help="the results page to refresh")
     args = parser.parse_args()
     page = args.page.read_text(encoding="utf-8")

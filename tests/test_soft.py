@@ -448,4 +448,4 @@ def test_a_configuration_measured_as_ineffective_warns_where_it_is_configured():
         warnings.simplefilter("error")
         SoftSettings(rule="release", paraphraser_options={"fraction": 0.5})  # measured: protects at a cost; no warning
         SoftSettings()  # SOFT off
-        SoftSettings(rule="paper")  # the defaults: the study's best protection per unit of perplexity so far
+        SoftSettings(rule="paper")  # the defaults: tied for the most protection per unit of perplexity in the study
