@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from privft.compare import PRETRAINED, CompareConfig, grid_cells, run_compare
+from privft.compare import PRETRAINED, CompareConfig, grid_cells, run_compare, slug
 from privft.compare import Cell as GridCell
 from privft.paper.published import domain_analogues
 from privft.paper.reproduce import Cell
@@ -50,13 +50,12 @@ def compare_cells(config: CompareConfig, *, finished_only: bool = False) -> tupl
     methods = paper_methods(config)
     comparison = run_compare(config, only=list(methods.values()), finished_only=finished_only)
     rows = {row["name"]: row for row in comparison.rows}
-    slugs = {cell.name: cell.slug for cell in grid_cells(config)}
     domain = paper_domain(config)
     cells = []
     for method, name in methods.items():
         row = rows.get(name)
         if row is None:
             continue
-        report = json.loads((config.cells_path / slugs[name] / "report.json").read_text(encoding="utf-8"))
+        report = json.loads((config.cells_path / slug(name) / "report.json").read_text(encoding="utf-8"))
         cells.append(Cell(domain, method, report, row["train_seconds"], row["adaptive"] or {}, row["privacy"]))
     return cells, [name for name in methods.values() if name not in rows]
