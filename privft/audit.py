@@ -18,7 +18,14 @@ from privft.data import MembershipSplit
 from privft.data.split import text_sha256
 from privft.dataset_inference import check_set_sizes, dataset_inference_from_scores
 from privft.extraction import ExtractionSettings, run_extraction
-from privft.metrics import DEFAULT_MAX_FPRS, PERPLEXITY_CONVENTION, AttackMetrics, evaluate_attack, perplexity
+from privft.metrics import (
+    DEFAULT_MAX_FPRS,
+    PERPLEXITY_CONVENTION,
+    AttackMetrics,
+    evaluate_attack,
+    perplexity,
+    perplexity_interval,
+)
 from privft.ranks import is_main_rank
 from privft.report import AuditReport, PerplexityResult
 from privft.scoring import StatsCache, TokenStats, score_texts, single_token_warning, start_token_record
@@ -194,6 +201,15 @@ def score_passes(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, spl
     return AuditPasses(target, reference_stats, lowercase, held_out, extra)
 
 
+def held_out_perplexity(held_out: Sequence[TokenStats], on: str, config: AuditConfig) -> PerplexityResult:
+    """Corpus perplexity of the held-out pass, its bootstrap interval over texts, and the per-text losses."""
+    nll, tokens = [s.nll_sum for s in held_out], [s.n_tokens for s in held_out]
+    low, high = perplexity_interval(nll, tokens, n_bootstrap=config.n_bootstrap, seed=config.seed)
+    return PerplexityResult(value=perplexity(nll, tokens), on=on, n_texts=len(held_out), n_tokens=sum(tokens),
+                            convention=PERPLEXITY_CONVENTION, ci_low=low, ci_high=high, nll_sums=nll,
+                            token_counts=tokens)
+
+
 def measure(name: str, values: np.ndarray, y_true: np.ndarray, config: AuditConfig, notes: list[str]
             ) -> AttackMetrics:
     """An attack's metrics on the texts it scored; a note in `notes` says how many it left unscored."""
@@ -268,12 +284,7 @@ def run_audit(
                "n_non_members": len(split.non_members), "n_validation": len(split.validation)},
         blind_baseline=measure("blind baseline", blind, y_true, config, notes),
         attacks={name: measure(name, values, y_true, config, notes) for name, values in scores.items()},
-        perplexity=PerplexityResult(
-            value=perplexity([s.nll_sum for s in passes.held_out], [s.n_tokens for s in passes.held_out]),
-            on="validation" if split.validation else "non-members",
-            n_texts=len(passes.held_out), n_tokens=sum(s.n_tokens for s in passes.held_out),
-            convention=PERPLEXITY_CONVENTION,
-        ),
+        perplexity=held_out_perplexity(passes.held_out, "validation" if split.validation else "non-members", config),
         scores={"blind_baseline": blind, **scores},
         labels=y_true,
         text_sha256=[text_sha256(t) for t in texts],

@@ -28,7 +28,7 @@ from privft.audit import run_audit
 from privft.config import from_dict, save_yaml, to_dict
 from privft.defend.rules import get_rule
 from privft.io import atomic_write_bytes, atomic_write_text
-from privft.metrics import AttackMetrics, evaluate_attack, paired_auc_difference
+from privft.metrics import AttackMetrics, evaluate_attack, paired_auc_difference, paired_perplexity_ratio
 from privft.models import cache_dir, load_model
 from privft.paper.adaptive import adaptive_scores
 from privft.paraphrase import ParaphraseCache
@@ -318,20 +318,32 @@ def _finish_rows(rows: list[dict[str, Any]], reference_perplexity: float) -> Non
         row["overhead_vs_lora"] = row["train_seconds"] / baseline if trained and baseline > 0 else None
         row["learned"] = not trained or row["perplexity"] < reference_perplexity * (1 - MIN_PERPLEXITY_GAIN)
         row["gain_share"] = (reference_perplexity - row["perplexity"]) / gain if trained and gain > 0 else None
-    lora_texts = _per_text(lora)  # read once, paired with every other row
-    for row in rows:
-        row["vs_lora"] = _paired_vs(lora_texts, lora["strongest_attack"], row) if row is not lora else None
+    saved = [json.loads(Path(row["report"]).read_text(encoding="utf-8")) for row in rows]  # each read once
+    baseline = saved[rows.index(lora)]
+    for row, report in zip(rows, saved, strict=True):
+        held_out = report["perplexity"]
+        measured = held_out.get("ci_low") is not None  # reports before per-text losses were kept have no interval
+        row["perplexity_ci"] = [held_out["ci_low"], held_out["ci_high"]] if measured else None
+        paired = row is not lora and report["per_text"]["sha256"] == baseline["per_text"]["sha256"]
+        row["vs_lora"] = _paired_vs(baseline["per_text"], lora["strongest_attack"], report["per_text"]) if paired \
+            else None
+        row["perplexity_vs_lora"] = _perplexity_vs(baseline["perplexity"], held_out) if paired else None
 
 
-def _per_text(row: dict[str, Any]) -> dict[str, Any]:
-    """The per-text labels, hashes and scores of a row's saved report."""
-    return json.loads(Path(row["report"]).read_text(encoding="utf-8"))["per_text"]
+def _perplexity_vs(baseline: dict[str, Any], held_out: dict[str, Any]) -> dict[str, Any] | None:
+    """The row's held-out perplexity over the baseline's, paired over the same texts; None without per-text losses
+    (reports written before they were kept) or when the two tokenised the texts differently."""
+    if not baseline.get("nll_sums") or not held_out.get("nll_sums") or \
+            baseline["token_counts"] != held_out["token_counts"]:
+        return None
+    ratio = paired_perplexity_ratio(held_out["nll_sums"], baseline["nll_sums"], baseline["token_counts"])
+    return {"ratio": ratio.ratio, "ci": [ratio.ci_low, ratio.ci_high], "significant": ratio.significant}
 
 
-def _paired_vs(baseline: dict[str, Any], attack: str, row: dict[str, Any]) -> dict[str, Any] | None:
-    """The row's AUC minus the baseline's (its per-text report) on `attack`, paired over the split's texts."""
-    texts = [baseline, _per_text(row)]
-    if texts[0]["sha256"] != texts[1]["sha256"] or attack not in texts[1]["scores"]:
+def _paired_vs(baseline: dict[str, Any], attack: str, per_text: dict[str, Any]) -> dict[str, Any] | None:
+    """The row's AUC minus the baseline's on `attack`, paired over the split's texts (both reports' per_text)."""
+    texts = [baseline, per_text]
+    if attack not in texts[1]["scores"]:
         return None
     labels, (a, b) = np.array(texts[0]["label"]), (np.array(t["scores"][attack], dtype=float) for t in texts)
     scored = np.isfinite(a) & np.isfinite(b)
@@ -464,6 +476,19 @@ def _delta(vs: dict[str, Any] | None) -> str:
     return f"{vs['difference']:+.3f} [{vs['ci'][0]:+.3f}, {vs['ci'][1]:+.3f}]{mark}"
 
 
+def _perplexity(row: dict[str, Any]) -> str:
+    """Validation perplexity, with its bootstrap interval where the report kept per-text losses."""
+    ci = row.get("perplexity_ci")
+    return f"{row['perplexity']:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
+
+
+def _ratio(vs: dict[str, Any] | None) -> str:
+    """A paired perplexity ratio against plain LoRA, marked when its interval excludes 1."""
+    if vs is None:
+        return "n/a"
+    return f"{vs['ratio']:.3f} [{vs['ci'][0]:.3f}, {vs['ci'][1]:.3f}]" + (" ✱" if vs["significant"] else "")
+
+
 def _blind_baseline(row: dict[str, Any]) -> str:
     """The split's blind baseline (a text classifier that never sees a model), which guards every row."""
     ci = row.get("blind_baseline_ci")
@@ -478,8 +503,8 @@ def comparison_table(comparison: Comparison) -> str:
     fprs = [t["max_fpr"] for t in rows[0]["strongest"]["tpr"]]
     fpr_names = [f"{f * 100:g} %" for f in fprs]
     header = ["Cell", "ε (δ)", "Strongest attack: AUC [95 % CI]", *[f"TPR@{f}" for f in fpr_names],
-              "ΔAUC vs LoRA [paired 95 % CI]", "Mean AUC", *[f"Mean TPR@{f}" for f in fpr_names], "Val. ppl",
-              "Gain kept", "Canary exposure",
+              "ΔAUC vs LoRA [paired 95 % CI]", "Mean AUC", *[f"Mean TPR@{f}" for f in fpr_names],
+              "Val. ppl [95 % CI]", "ppl ÷ LoRA's [paired 95 % CI]", "Gain kept", "Canary exposure",
               "Train s", "× LoRA", "Note"]
     split = rows[0]["split"]
     lines = [f"{split['n_members']} members vs {split['n_non_members']} non-members (split: {split['source']}, "
@@ -503,8 +528,8 @@ def comparison_table(comparison: Comparison) -> str:
                  f"{row['strongest_attack']} {s['auc']:.3f} [{s['auc_ci'][0]:.2f}, {s['auc_ci'][1]:.2f}]",
                  *[_rate(t) for t in s["tpr"]], _delta(row.get("vs_lora")), f"{m['auc']:.3f}",
                  *[_rate(t, mean=True) for t in m["tpr"]],
-                 f"{row['perplexity']:.2f}", gain, exposure, f"{row['train_seconds']:.0f}", overhead,
-                 "; ".join(notes)]
+                 _perplexity(row), _ratio(row.get("perplexity_vs_lora")), gain, exposure,
+                 f"{row['train_seconds']:.0f}", overhead, "; ".join(notes)]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "TPR cells: rate (true positives / members) at the best threshold whose FPR stays within the "
                   "ceiling on the evaluated non-members, and the 95 % upper bound on that threshold's FPR for new "
@@ -516,7 +541,10 @@ def comparison_table(comparison: Comparison) -> str:
                   "it). "
                   f"{NO_TRAINING}: validation perplexity not at least {MIN_PERPLEXITY_GAIN:.0%} below the "
                   "pretrained model's. ΔAUC vs LoRA: the cell's AUC minus plain LoRA's on plain LoRA's strongest "
-                  "attack, over the same texts, with a paired bootstrap interval (✱: excludes 0). Gain kept: the "
+                  "attack, over the same texts, with a paired bootstrap interval (✱: excludes 0). Val. ppl: corpus "
+                  "perplexity on the validation texts, with a bootstrap interval over those texts. ppl ÷ LoRA's: "
+                  "the cell's perplexity over plain LoRA's on the same texts, with a paired bootstrap interval "
+                  "(✱: excludes 1; n/a where the report predates per-text losses). Gain kept: the "
                   "share of plain LoRA's perplexity gain the cell keeps. Canary exposure: mean over canaries, of the "
                   "most a rank among the alternatives can show."]
     if comparison.pending:
@@ -610,7 +638,11 @@ def rank_curve_png(comparison: Comparison) -> bytes:
                 ylim=(0, 1.02), title=f"Leakage by rank ({rows[0]['split']['n_members']} members vs "
                                       f"{rows[0]['split']['n_non_members']} non-members)")
     privacy.legend(fontsize=7)
-    utility.plot(ranks, [row["perplexity"] for row in rows], marker="o", color="tab:green")
+    cis = [row.get("perplexity_ci") or [row["perplexity"]] * 2 for row in rows]  # no bar where none was measured
+    utility.errorbar(ranks, [row["perplexity"] for row in rows], marker="o", color="tab:green", capsize=3,
+                     yerr=[[row["perplexity"] - ci[0] for row, ci in zip(rows, cis, strict=True)],
+                           [ci[1] - row["perplexity"] for row, ci in zip(rows, cis, strict=True)]],
+                     label="validation perplexity (95 % CI)")
     utility.axhline(comparison.pretrained_perplexity, color="grey", linestyle="--", label="pretrained")
     utility.set(xscale="log", xticks=ranks, xticklabels=[str(r) for r in ranks], xlabel="LoRA rank",
                 ylabel="validation perplexity", title="Utility by rank")

@@ -34,6 +34,14 @@ class PerplexityResult:
     n_texts: int
     n_tokens: int
     convention: str
+    ci_low: float | None = None  # bootstrap 95 % interval over the texts
+    ci_high: float | None = None
+    nll_sums: list[float] | None = None  # per text, so two models on the same texts compare paired
+    token_counts: list[int] | None = None
+
+    def interval(self) -> str:
+        """' [low, high]' when the interval was measured, else ''."""
+        return f" [{self.ci_low:.2f}, {self.ci_high:.2f}]" if self.ci_low is not None else ""
 
 
 def package_versions() -> dict[str, str]:
@@ -235,7 +243,9 @@ class AuditReport:
                      *map(tpr_cell, m.tpr_at_fpr)]
             lines.append("| " + " | ".join(cells) + " |")
         p = self.perplexity
-        lines += ["", f"Perplexity on {p.on}: {p.value:.2f} ({p.n_texts} texts, {p.n_tokens} tokens; {p.convention})",
+        bootstrap = " The interval is a 95 % bootstrap over the texts." if p.ci_low is not None else ""
+        lines += ["", f"Perplexity on {p.on}: {p.value:.2f}{p.interval()} ({p.n_texts} texts, {p.n_tokens} tokens; "
+                      f"{p.convention}{bootstrap})",
                   "", "TPR cells show (true positives / members) at the lowest threshold that keeps these "
                       "non-members' FPR within the ceiling; the interval covers the members' binomial noise only. "
                       "⚠ marks a warning above (sample size or resolution).",
@@ -360,7 +370,7 @@ def comparison_markdown(reports: dict[str, AuditReport]) -> str:
         extra = ""
         if report.canary_exposure:
             extra = f"; canary exposure mean {report.canary_exposure['mean_exposure']:.2f} bits"
-        lines.append(f"- {name}: perplexity {p.value:.2f} on {p.n_texts} {p.on} texts{extra}"
+        lines.append(f"- {name}: perplexity {p.value:.2f}{p.interval()} on {p.n_texts} {p.on} texts{extra}"
                      + ("; ⚠ distribution shift" if report.distribution_shift else ""))
     if bound := first.threshold_fpr_line(0):
         lines += ["", bound]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -67,6 +68,11 @@ def test_grid_runs_every_cell_audited_alike_and_resumes(config):
     assert all(row["epsilon"] is None for row in comparison.rows if row["family"] != "dp")
     pretrained, lora = comparison.rows[:2]
     assert pretrained["train_seconds"] == 0 and pretrained["learned"] and lora["overhead_vs_lora"] == 1.0
+    for row in comparison.rows:  # perplexity carries an interval over the validation texts, paired against LoRA
+        assert row["perplexity_ci"][0] <= row["perplexity"] <= row["perplexity_ci"][1]
+        if row is not lora:
+            assert row["perplexity_vs_lora"]["ratio"] == pytest.approx(row["perplexity"] / lora["perplexity"])
+    assert lora["perplexity_vs_lora"] is None
     out = comparison.output_dir
     table = (out / "compare.md").read_text()
     assert "DP-LoRA ε=0.05 (r=4) | 0.0" in table and "/16)" in table  # ε and counts beside the rates
@@ -78,6 +84,15 @@ def test_grid_runs_every_cell_audited_alike_and_resumes(config):
     again = run_compare(config)
     assert again.ran == []
     assert [row["train_seconds"] for row in again.rows] == [row["train_seconds"] for row in comparison.rows]
+
+
+def test_a_report_without_per_text_losses_gets_no_perplexity_ratio():
+    from privft.compare import _perplexity_vs
+
+    measured = {"nll_sums": [30.0, 40.0], "token_counts": [10, 20]}
+    assert _perplexity_vs({"value": 9.0}, measured) is None  # a report written before per-text losses were kept
+    assert _perplexity_vs(measured, {**measured, "token_counts": [11, 20]}) is None  # tokenised differently
+    assert _perplexity_vs(measured, measured)["ratio"] == 1.0
 
 
 def test_write_default_writes_a_loadable_config(tmp_path, capsys):
@@ -219,3 +234,34 @@ def test_the_documented_grids_load_and_the_scale_grids_share_their_cells():
             "SOFT release, suffix rewritten by the LLM"} <= shared
     assert all(cells["soft-study"][name].config == cells["compare-scale"][name].config for name in shared)
     assert scale.run.data.n_members == 500 and scale.run.data.n_non_members == 2000
+
+
+def test_add_perplexity_losses_restores_what_the_audit_measured_and_refuses_another_model(config):
+    """scripts/add_perplexity_losses.py brings reports written before per-text losses to what an audit writes now."""
+    import subprocess
+    import sys
+
+    config.grid = GridSettings(full_finetune=False, lora_ranks=(), soft_rules=(), dp_epsilons=())
+    config.run = replace(config.run, start_token="<pad>")  # a start token the script must take from the cell's config
+    script = Path(__file__).parent.parent / "scripts" / "add_perplexity_losses.py"
+    cells = [Path(row["report"]).parent for row in run_compare(config).rows]  # the pretrained row and LoRA r=4
+    measured = {}
+    for cell in cells:
+        report = json.loads((cell / "report.json").read_text())
+        measured[cell] = report["perplexity"]
+        report["perplexity"] = {k: v for k, v in report["perplexity"].items()
+                                if k not in ("ci_low", "ci_high", "nll_sums", "token_counts")}
+        (cell / "report.json").write_text(json.dumps(report))
+    subprocess.run([sys.executable, str(script), *map(str, cells)], check=True, capture_output=True)
+    for cell in cells:
+        restored = json.loads((cell / "report.json").read_text())["perplexity"]
+        assert restored["nll_sums"] == pytest.approx(measured[cell]["nll_sums"], rel=1e-6)
+        assert (restored["ci_low"], restored["ci_high"]) == pytest.approx(
+            (measured[cell]["ci_low"], measured[cell]["ci_high"]), rel=1e-6)
+
+    report = json.loads((cells[1] / "report.json").read_text())
+    report["perplexity"] = {"value": report["perplexity"]["value"] * 1.01, "on": "validation", "n_texts": 4}
+    (cells[1] / "report.json").write_text(json.dumps(report))
+    refused = subprocess.run([sys.executable, str(script), str(cells[1])], capture_output=True, text=True)
+    assert refused.returncode != 0 and "is not the one audited, so nothing was written" in refused.stderr
+    assert json.loads((cells[1] / "report.json").read_text()) == report

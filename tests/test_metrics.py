@@ -267,6 +267,41 @@ def test_perplexity_rejects_bad_inputs(nll, tokens, message):
         perplexity(nll, tokens)
 
 
+def test_perplexity_interval_agrees_with_scipys_percentile_bootstrap_over_texts():
+    from scipy.stats import bootstrap
+
+    from privft.metrics import perplexity_interval
+
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(20, 80, size=100)
+    nll = tokens * rng.normal(2.7, 0.4, size=100)  # per-text mean NLL varies around 2.7 nats
+    low, high = perplexity_interval(nll, tokens, n_bootstrap=4000)
+    assert low < perplexity(nll, tokens) < high
+    scipy_ci = bootstrap((nll, tokens), lambda n, t: np.exp(n.sum() / t.sum()), paired=True, vectorized=False,
+                         n_resamples=4000, method="percentile", random_state=1).confidence_interval
+    assert (low, high) == pytest.approx((scipy_ci.low, scipy_ci.high), rel=0.01)
+    flat = perplexity_interval(2.0 * tokens, tokens, n_bootstrap=200)  # every text at the same NLL per token
+    assert flat == pytest.approx((math.exp(2.0), math.exp(2.0)))
+
+
+def test_paired_perplexity_ratio_is_narrower_than_two_separate_intervals():
+    from privft.metrics import paired_perplexity_ratio, perplexity_interval
+
+    rng = np.random.default_rng(1)
+    tokens = rng.integers(20, 80, size=100)
+    a = tokens * rng.normal(2.7, 0.4, size=100)
+    b = a - tokens * rng.normal(0.05, 0.02, size=100)  # b is slightly better on every text
+    paired = paired_perplexity_ratio(a, b, tokens)
+    assert paired.ratio == pytest.approx(perplexity(a, tokens) / perplexity(b, tokens))
+    assert paired.significant and paired.ci_low > 1 and paired.n_texts == 100
+    a_low, b_high = perplexity_interval(a, tokens)[0], perplexity_interval(b, tokens)[1]
+    assert a_low < b_high  # separately, the two intervals overlap
+    same = paired_perplexity_ratio(a, a, tokens, n_bootstrap=100)
+    assert (same.ratio, same.ci_low, same.ci_high, same.significant) == (1.0, 1.0, 1.0, False)
+    with pytest.raises(ValueError, match="shapes differ"):
+        paired_perplexity_ratio(a, b[:50], tokens)
+
+
 def test_paired_auc_difference_resamples_both_score_vectors_alike():
     from privft.metrics import auc_with_ci, paired_auc_difference
 

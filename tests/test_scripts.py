@@ -70,3 +70,23 @@ def test_soft_defaults_ranks_the_cells_that_fine_tuned_by_auc_drop_per_perplexit
     assert lines[2] == "| strong | 1.000 → 0.800: 0.200 | 40 → 10: 30 | 10.00 → 12.00: 2.00 | 0.100 | 15 |"
     assert lines[3] == "| weak | 1.000 → 0.980: 0.020 | 40 → 38: 2 | 10.00 → 10.50: 0.50 | 0.040 | 4 |"
     assert lines[-1] == "Not fine-tuned (validation perplexity at or above the pretrained model's 20.00): salad."
+
+
+def test_paired_perplexity_divides_each_cell_by_the_baseline_over_the_same_texts(tmp_path):
+    def cell(name: str, nll: list[float] | None) -> Path:
+        folder = tmp_path / name
+        folder.mkdir()
+        record = {"value": 0.0, "nll_sums": nll, "token_counts": [10, 10, 10] if nll else None}
+        (folder / "report.json").write_text(json.dumps({"perplexity": record}))
+        return folder
+
+    base, same, worse = cell("base", [20.0, 25.0, 30.0]), cell("same", [20.0, 25.0, 30.0]), cell("worse", [21, 26, 31])
+    run = subprocess.run([sys.executable, str(SCRIPTS / "paired_perplexity.py"), str(base), str(same), str(worse)],
+                         capture_output=True, text=True, check=True)
+    rows = run.stdout.strip().splitlines()
+    assert rows[2].startswith("| same | 0.00 | 1.000 [1.000, 1.000] |")
+    assert rows[3] == "| worse | 0.00 | 1.105 [1.105, 1.105] ✱ |"  # exp(3 / 30): one nat more on every text
+    old = cell("old", None)
+    refused = subprocess.run([sys.executable, str(SCRIPTS / "paired_perplexity.py"), str(base), str(old)],
+                             capture_output=True, text=True)
+    assert refused.returncode != 0 and "add_perplexity_losses.py" in refused.stderr

@@ -37,7 +37,8 @@ def _tpr1(cell: Cell, key: str) -> float | None:
 
 def _perplexity(cell: Cell) -> str:
     p = cell.report["perplexity"]
-    return f"{p['value']:.2f} ({p['n_texts']} texts, {p['n_tokens']} tokens)"
+    interval = f" [{p['ci_low']:.2f}, {p['ci_high']:.2f}]" if p.get("ci_low") is not None else ""
+    return f"{p['value']:.2f}{interval} ({p['n_texts']} texts, {p['n_tokens']} tokens)"
 
 
 def _grid(cells: Sequence[Cell]) -> tuple[list[str], list[str], dict[tuple[str, str], Cell]]:
