@@ -9,6 +9,7 @@ import numpy as np
 
 from privft.paper.published import Published
 from privft.paper.reproduce import Cell
+from privft.report import PerplexityResult
 
 # Column and row order, as in the paper (the paper-rule SOFT column exists only in tables filled from a comparison).
 METHOD_LABELS = {"pretrained": "Pretrained", "full_ft": "FT", "lora": "LoRA", "dp_eps_0.01": "DP-LoRA ε = 0.01",
@@ -36,9 +37,8 @@ def _tpr1(cell: Cell, key: str) -> float | None:
 
 
 def _perplexity(cell: Cell) -> str:
-    p = cell.report["perplexity"]
-    interval = f" [{p['ci_low']:.2f}, {p['ci_high']:.2f}]" if p.get("ci_low") is not None else ""
-    return f"{p['value']:.2f}{interval} ({p['n_texts']} texts, {p['n_tokens']} tokens)"
+    p = PerplexityResult(**cell.report["perplexity"])  # a report before per-text losses has no interval
+    return f"{p.value:.2f}{p.interval()} ({p.n_texts} texts, {p.n_tokens} tokens)"
 
 
 def _grid(cells: Sequence[Cell]) -> tuple[list[str], list[str], dict[tuple[str, str], Cell]]:
