@@ -224,6 +224,14 @@ def test_fingerprint_follows_weights_and_adapter_state(tiny_model):
     assert disabled == before  # the base model's computation, whatever the adapters hold
 
 
+def test_fingerprint_ignores_where_the_model_was_loaded_from(tiny_model, tmp_path):
+    """A copy saved and reloaded from another folder computes the same outputs, so it reads the same cache."""
+    tiny_model.save_pretrained(tmp_path / "copy")
+    reloaded = type(tiny_model).from_pretrained(tmp_path / "copy")
+    assert str(reloaded.name_or_path) != str(tiny_model.name_or_path)
+    assert model_fingerprint(reloaded) == model_fingerprint(tiny_model)
+
+
 def test_cache_keys_follow_the_tokenizer_and_never_run_fields_together(tiny_model, tokenizer, tmp_path):
     cache = StatsCache(tmp_path)
     [full] = score_texts(tiny_model, tokenizer, ["hello world|loss-only"], cache=cache)

@@ -18,7 +18,8 @@ from privft.io import atomic_write_bytes
 from privft.scoring.start import start_token
 from privft.scoring.stats import TokenStats
 
-RUNTIME_CONFIG_KEYS = frozenset({"use_cache"})  # config flags that change no score (the Trainer turns use_cache off)
+# Config fields that change no score: the Trainer turns use_cache off, and a saved copy reloads from another path.
+RUNTIME_CONFIG_KEYS = frozenset({"use_cache", "_name_or_path"})
 
 
 def _adapters_off(model: PreTrainedModel) -> bool:
@@ -39,10 +40,11 @@ def model_fingerprint(model: PreTrainedModel) -> str:
 
     A peft model whose adapters are all disabled (and unmerged) computes exactly its base model,
     so it gets the base model's fingerprint: every LoRA cell of a grid then reads the base
-    model's cached reference pass instead of repeating it.
+    model's cached reference pass instead of repeating it. Where the model was loaded from is not
+    part of it: a copy saved and reloaded elsewhere computes the same outputs and reads the same cache.
     """
     base_only = _adapters_off(model)
-    digest = hashlib.sha256(str(getattr(model, "name_or_path", "")).encode())
+    digest = hashlib.sha256()
     for name, tensor in model.state_dict().items():
         name = _base_weight_name(name) if base_only else name
         if name is None:
