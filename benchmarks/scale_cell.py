@@ -69,20 +69,27 @@ def main() -> None:
     evaluated = [*split.members, *split.non_members]
     alternatives = plan.canary_texts() + [plan.text_for(secret) for secret in plan.reference_secrets()]
     batch = config.audit.batch_size
+    passes = [_batches(tokenizer, evaluated, model.device, batch),  # target, then reference (adapters off)
+              _batches(tokenizer, [t.lower() for t in evaluated], model.device, batch),  # lowercase
+              _batches(tokenizer, split.validation, model.device, batch),  # perplexity
+              _batches(tokenizer, alternatives, model.device, 32)]  # canary exposure (its batch size)
     start = time.perf_counter()
     with torch.no_grad():
-        bare_forward(model, _batches(tokenizer, evaluated, batch))  # target
+        bare_forward(model, passes[0])
         with model.disable_adapter():
-            bare_forward(model, _batches(tokenizer, evaluated, batch))  # reference
-        bare_forward(model, _batches(tokenizer, [t.lower() for t in evaluated], batch))  # lowercase
-        bare_forward(model, _batches(tokenizer, split.validation, batch))  # perplexity
-        bare_forward(model, _batches(tokenizer, alternatives, 32))  # canary exposure (its batch size)
+            bare_forward(model, passes[0])
+        for batches in passes[1:]:
+            bare_forward(model, batches)
     forward_seconds = time.perf_counter() - start
 
     bare = train_seconds + forward_seconds
+    trained_tokens = sum(map(len, train["input_ids"])) * config.training.epochs
+    scored_tokens = sum(int(b["attention_mask"].sum()) for batches in [passes[0], *passes] for b in batches)
     print(f"SmolLM2-135M LoRA r=16 cell: {len(train)} training sequences x {config.training.epochs} epoch(s), audit of "
           f"{len(split.members)} + {len(split.non_members)} + {len(split.validation)} texts and "
           f"{len(alternatives)} canary texts")
+    print(f"bare throughput: training {trained_tokens / train_seconds:.0f} tokens/s ({trained_tokens} tokens), "
+          f"forward {scored_tokens / forward_seconds:.0f} tokens/s ({scored_tokens} tokens)")
     print(f"cell {cell_seconds:.0f} s | (a) bare training {train_seconds:.0f} s | (b) bare forward passes "
           f"{forward_seconds:.0f} s | overhead {cell_seconds - bare:.0f} s")
     print(f"scale_cell_minutes {cell_seconds / 60:.1f} (target <= {TARGET_MINUTES}; read on the full cell only)")
