@@ -12,7 +12,7 @@ It prints the cell's wall time and the overhead ratio cell / ((a) + (b)): what t
 statistics and privft's bookkeeping add. Targets: cell <= 20 min; ratio <= 1.15.
 
     python benchmarks/scale_cell.py --quick   # 50 members, 200 non-members, 20 validation, 1 epoch
-    python benchmarks/scale_cell.py           # the cell itself (about 40 min with its baseline)
+    python benchmarks/scale_cell.py           # the cell itself (about 70 min with its baseline)
 """
 
 from __future__ import annotations
