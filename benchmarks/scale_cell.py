@@ -18,13 +18,14 @@ statistics and privft's bookkeeping add. Targets: cell <= 20 min; ratio <= 1.15.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import tempfile
 import time
 from pathlib import Path
 
 import torch
-from scoring import _batches, bare_forward  # benchmarks/scoring.py, beside this script
+from scoring import _batches, bare_forward, batch_tokens  # benchmarks/scoring.py, beside this script
 
 from privft.compare import CompareConfig, grid_cells
 from privft.config import load_yaml
@@ -69,22 +70,21 @@ def main() -> None:
     evaluated = [*split.members, *split.non_members]
     alternatives = plan.canary_texts() + [plan.text_for(secret) for secret in plan.reference_secrets()]
     batch = config.audit.batch_size
-    passes = [_batches(tokenizer, evaluated, model.device, batch),  # target, then reference (adapters off)
-              _batches(tokenizer, [t.lower() for t in evaluated], model.device, batch),  # lowercase
-              _batches(tokenizer, split.validation, model.device, batch),  # perplexity
-              _batches(tokenizer, alternatives, model.device, 32)]  # canary exposure (its batch size)
+    target = _batches(tokenizer, evaluated, model.device, batch)
+    passes = {"target": target, "reference": target,  # the reference pass runs with the adapters off
+              "lowercase": _batches(tokenizer, [t.lower() for t in evaluated], model.device, batch),
+              "perplexity": _batches(tokenizer, split.validation, model.device, batch),
+              "canary exposure": _batches(tokenizer, alternatives, model.device, 32)}  # its batch size
     start = time.perf_counter()
     with torch.no_grad():
-        bare_forward(model, passes[0])
-        with model.disable_adapter():
-            bare_forward(model, passes[0])
-        for batches in passes[1:]:
-            bare_forward(model, batches)
+        for name, batches in passes.items():
+            with model.disable_adapter() if name == "reference" else contextlib.nullcontext():
+                bare_forward(model, batches)
     forward_seconds = time.perf_counter() - start
 
     bare = train_seconds + forward_seconds
     trained_tokens = sum(map(len, train["input_ids"])) * config.training.epochs
-    scored_tokens = sum(int(b["attention_mask"].sum()) for batches in [passes[0], *passes] for b in batches)
+    scored_tokens = sum(map(batch_tokens, passes.values()))
     print(f"SmolLM2-135M LoRA r=16 cell: {len(train)} training sequences x {config.training.epochs} epoch(s), audit of "
           f"{len(split.members)} + {len(split.non_members)} + {len(split.validation)} texts and "
           f"{len(alternatives)} canary texts")

@@ -56,6 +56,11 @@ def _batches(tokenizer, texts: list[str], device: torch.device | str,
     return batches
 
 
+def batch_tokens(batches: list[dict[str, torch.Tensor]]) -> int:
+    """The real (unpadded) tokens in `batches`."""
+    return sum(int(b["attention_mask"].sum()) for b in batches)
+
+
 @torch.no_grad()
 def bare_forward(model, batches) -> None:
     """(a): logits of every batch, nothing else."""
@@ -146,7 +151,7 @@ def measure(name: str, target, reference, tokenizer, texts: list[str], repeats: 
     bare, ours, naive_seconds = _interleaved(
         [lambda: (bare_forward(target, batches), bare_forward(reference, batches)),
          lambda: suite(target, reference, tokenizer, texts), lambda: naive(target, reference, batches)], repeats)
-    tokens = sum(int(b["attention_mask"].sum()) for b in batches)
+    tokens = batch_tokens(batches)
     print(f"{name}: {len(texts)} texts, {tokens} tokens | (a) bare {bare:.2f} s | (b) suite {ours:.2f} s | "
           f"(c) naive {naive_seconds:.2f} s | (b)/(a) {ours / bare:.3f} | (c)/(b) {naive_seconds / ours:.2f}")
     if show_breakdown:
