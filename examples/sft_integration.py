@@ -25,7 +25,8 @@ def fine_tune(model: transformers.PreTrainedModel, tokenizer: transformers.PreTr
     plan = CanaryPlan(n_canaries=4, copies=4)
     train_texts = plan.insert(split.members)
     paraphrases = obfuscate(train_texts, NeighbourParaphraser(model, tokenizer, fraction=1.0), mode="rewrite-only")
-    view, soft = prepare_soft(tokenizer, train_texts, [p.text for p in paraphrases], split.validation)  # no cut
+    view, soft = prepare_soft(tokenizer, train_texts, [p.text for p in paraphrases], split.validation,  # no cut
+                              rewrite_failed=[p.failed_filter for p in paraphrases])
     canaries = CanaryCallback(plan, tokenizer)
     audit = PrivacyAuditCallback(split, tokenizer, canary_callback=canaries)
 
@@ -40,5 +41,6 @@ def fine_tune(model: transformers.PreTrainedModel, tokenizer: transformers.PreTr
 
 
 if __name__ == "__main__":
-    trainer = fine_tune(*load_model("smollm2-135m"), load_corpus("wiki", max_words=60))
+    texts = [text for text in load_corpus("wiki") if len(text.split()) <= 60]  # short enough to train on whole
+    trainer = fine_tune(*load_model("smollm2-135m"), texts)
     print((Path(trainer.args.output_dir) / "privacy-audit" / "report.md").read_text())

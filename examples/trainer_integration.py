@@ -25,8 +25,8 @@ def fine_tune(model: transformers.PreTrainedModel, tokenizer: transformers.PreTr
     train_texts = plan.insert(split.members)
     paraphraser = NeighbourParaphraser(model, tokenizer, fraction=1.0)        # local word swaps: text stays here
     paraphrases = obfuscate(train_texts, paraphraser, mode="rewrite-only")    # the rewritten second half alone
-    view, soft = prepare_soft(tokenizer, train_texts, [p.text for p in paraphrases], split.validation,
-                              max_length=160)                                 # a datasets.Dataset
+    view, soft = prepare_soft(tokenizer, train_texts, [p.text for p in paraphrases], split.validation, max_length=160,
+                              rewrite_failed=[p.failed_filter for p in paraphrases])  # a datasets.Dataset
     canaries = CanaryCallback(plan, tokenizer)
     audit = PrivacyAuditCallback(split, tokenizer, canary_callback=canaries)
 
@@ -41,5 +41,6 @@ def fine_tune(model: transformers.PreTrainedModel, tokenizer: transformers.PreTr
 
 
 if __name__ == "__main__":
-    trainer = fine_tune(*load_model("smollm2-135m"), load_corpus("wiki", max_words=60))
+    texts = [text for text in load_corpus("wiki") if len(text.split()) <= 60]  # short enough to train on whole
+    trainer = fine_tune(*load_model("smollm2-135m"), texts)
     print((Path(trainer.args.output_dir) / "privacy-audit" / "report.md").read_text())

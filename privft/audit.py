@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -15,6 +15,7 @@ from privft.attacks.ensemble import ensemble_components
 from privft.audit_context import AuditContext
 from privft.config import require
 from privft.data import MembershipSplit
+from privft.data.records import Record, map_turns, record_content
 from privft.data.split import text_sha256
 from privft.dataset_inference import check_set_sizes, dataset_inference_from_scores
 from privft.extraction import ExtractionSettings, run_extraction
@@ -23,12 +24,14 @@ from privft.metrics import (
     PERPLEXITY_CONVENTION,
     AttackMetrics,
     evaluate_attack,
+    paired_perplexity_ratio,
     perplexity,
     perplexity_interval,
 )
 from privft.ranks import is_main_rank
-from privft.report import AuditReport, PerplexityResult
+from privft.report import AuditReport, BasePerplexity, PerplexityResult
 from privft.scoring import StatsCache, TokenStats, score_texts, single_token_warning, start_token_record
+from privft.scoring.render import SCORED, RecordRendering, record_rendering, rendering_context, scored_texts
 
 
 @dataclass
@@ -48,6 +51,9 @@ class AuditConfig:
     ensemble_fit_fraction: float = 0.3  # share of the split whose labels the Ensemble attacker holds and fits on
     extraction: ExtractionSettings | None = None  # None: no extraction audit; ExtractionSettings() for the defaults
     dataset_inference: bool = False  # Maini et al.'s set-level test of the members against the non-members
+    # Conversational records: which tokens the attacks score (privft.scoring.render.SCORED): "completion" (the
+    # trained tokens), "prompt" (the untrained rest: were these customers' prompts trained on?) or "all".
+    scored: str = "completion"
 
     def __post_init__(self) -> None:
         """Refuse settings the audit would only trip over after training and scoring."""
@@ -59,6 +65,7 @@ class AuditConfig:
             value = getattr(self, name)
             require(value is None or value >= least, name, value, f"must be at least {least}.")
         require(0 < self.min_k_fraction <= 1, "min_k_fraction", self.min_k_fraction, "must be in (0, 1].")
+        require(self.scored in SCORED, "scored", self.scored, f"must be one of {SCORED}.")
         require(0 < self.ensemble_fit_fraction < 1, "ensemble_fit_fraction", self.ensemble_fit_fraction,
                 "must be in (0, 1): the ensemble is fitted on that share and scored on the rest.")
         if self.extraction is not None and self.max_length is not None:  # within one window, every context is whole
@@ -173,6 +180,7 @@ class AuditPasses:
     lowercase: list[TokenStats] | None
     held_out: list[TokenStats]  # perplexity: the validation texts, else the non-members
     context: dict[str, Any]  # ReCaLL, CON-ReCaLL and neighbourhood statistics (`AuditContext.statistics`)
+    base_held_out: list[TokenStats] | None = None  # the held-out texts under the reference (same tokenizer only)
 
 
 def score_passes(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, split: MembershipSplit,
@@ -182,23 +190,33 @@ def score_passes(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, spl
     texts, _ = split.labels_and_texts()
     cache = StatsCache(config.cache_dir) if config.cache_dir else None
 
-    def score(m: PreTrainedModel, tok: PreTrainedTokenizerBase, items: Sequence[str], desc: str,
-              prefix: str | None = None, distribution: bool = False) -> list[TokenStats]:
-        return score_texts(m, tok, items, batch_size=config.batch_size, max_length=config.max_length,
-                           stride=config.stride, cache=cache, desc=desc, prefix=prefix, distribution=distribution,
-                           shard=shard)
+    def score(m: PreTrainedModel, tok: PreTrainedTokenizerBase, items: Sequence[Record], desc: str,
+              prefix: str | None = None, distribution: bool = False, trained: bool = False) -> list[TokenStats]:
+        rendering = replace(record_rendering(), scored="completion") if trained else record_rendering()
+        with rendering_context(rendering):  # perplexity reads the trained tokens, whatever the attacks score
+            return score_texts(m, tok, items, batch_size=config.batch_size, max_length=config.max_length,
+                               stride=config.stride, cache=cache, desc=desc, prefix=prefix,
+                               distribution=distribution, shard=shard)
 
+    # Without validation texts, perplexity reads the non-members' target pass, when it scored the trained tokens.
+    held_out_texts = split.validation or split.non_members
+    reuse = not split.validation and config.scored == "completion"
     target = score(model, tokenizer, texts, "target", distribution=True)  # the only pass Min-K%++ reads μ, σ of
-    reference_stats = lowercase = None
-    if reference.model is not None and "reference" in needed:
+    reference_stats = lowercase = base_held_out = None
+    if reference.model is not None and ("reference" in needed or reference.same_tokenizer):
         with reference.model as reference_model:
-            reference_stats = score(reference_model, reference.tokenizer, texts, "reference")
+            if "reference" in needed:
+                reference_stats = score(reference_model, reference.tokenizer, texts, "reference")
+            if reference.same_tokenizer:  # the base model's perplexity on the held-out texts, comparable per token
+                base_held_out = (reference_stats[len(split.members):] if reference_stats and reuse
+                                 else score(reference_model, reference.tokenizer, held_out_texts, "base perplexity",
+                                            trained=True))
     if "lowercase" in needed:
-        lowercase = score(model, tokenizer, [t.lower() for t in texts], "lowercase")
-    held_out = (score(model, tokenizer, split.validation, "perplexity") if split.validation
-                else target[len(split.members):])
+        lowercase = score(model, tokenizer, [map_turns(t, str.lower) for t in texts], "lowercase")
+    held_out = (target[len(split.members):] if reuse
+                else score(model, tokenizer, held_out_texts, "perplexity", trained=True))
     extra = context.statistics(texts, lambda items, desc, prefix: score(model, tokenizer, items, desc, prefix), needed)
-    return AuditPasses(target, reference_stats, lowercase, held_out, extra)
+    return AuditPasses(target, reference_stats, lowercase, held_out, extra, base_held_out)
 
 
 def held_out_perplexity(held_out: Sequence[TokenStats], on: str, config: AuditConfig) -> PerplexityResult:
@@ -208,6 +226,18 @@ def held_out_perplexity(held_out: Sequence[TokenStats], on: str, config: AuditCo
     return PerplexityResult(value=perplexity(nll, tokens), on=on, n_texts=len(held_out), n_tokens=sum(tokens),
                             convention=PERPLEXITY_CONVENTION, ci_low=low, ci_high=high, nll_sums=nll,
                             token_counts=tokens)
+
+
+def base_perplexity(passes: AuditPasses, reference: AuditReference, on: str, config: AuditConfig
+                    ) -> BasePerplexity | None:
+    """The reference's perplexity on the target's held-out texts, with the target's paired ratio to it."""
+    if passes.base_held_out is None:
+        return None
+    target_nll = [s.nll_sum for s in passes.held_out]
+    base = held_out_perplexity(passes.base_held_out, on, config)
+    ratio = paired_perplexity_ratio(target_nll, base.nll_sums, [s.n_tokens for s in passes.held_out],
+                                    n_bootstrap=config.n_bootstrap, seed=config.seed)
+    return BasePerplexity(reference.name, base, ratio)
 
 
 def measure(name: str, values: np.ndarray, y_true: np.ndarray, config: AuditConfig, notes: list[str]
@@ -250,8 +280,23 @@ def run_audit(
     return None once the last pass is scored.
     """
     config = config or AuditConfig()
+    rendering = replace(record_rendering(), scored=config.scored)
+    with rendering_context(rendering):
+        return _run_audit(model, tokenizer, split, reference, reference_tokenizer, config, model_name, context, shard,
+                          rendering)
+
+
+def _run_audit(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, split: MembershipSplit,
+               reference: PreTrainedModel | None, reference_tokenizer: PreTrainedTokenizerBase | None,
+               config: AuditConfig, model_name: str | None, context: AuditContext | None, shard: bool,
+               rendering: RecordRendering) -> AuditReport | None:
+    """`run_audit`'s steps, under the record rendering it set."""
     texts, y_true = split.labels_and_texts()
     ref = audit_reference(model, tokenizer, reference, reference_tokenizer)
+    records = split.format != "text"
+    if records and context and context.provides():
+        raise ValueError("ReCaLL, CON-ReCaLL and the neighbourhood attack read texts; for "
+                         f"{split.format} records leave out the audit context.")
     context = context or AuditContext()
     context.check(texts)  # before any forward pass
     if config.dataset_inference:
@@ -261,8 +306,9 @@ def run_audit(
     if shard and not is_main_rank():
         return None  # its share is scored and gathered; rank 0 alone computes the rest
 
-    blind = blind_baseline_scores(texts, y_true, seed=config.seed)
-    inputs = AttackInputs(texts, passes.target, passes.reference, passes.lowercase, ref.same_tokenizer,
+    blind = blind_baseline_scores([record_content(t) for t in texts], y_true, seed=config.seed)
+    held_out_on = "validation" if split.validation else "non-members"
+    inputs = AttackInputs(scored_texts(texts, tokenizer) if records else texts, passes.target, passes.reference, passes.lowercase, ref.same_tokenizer,
                           config.min_k_fraction, known_labels=ensemble_known_labels(
                               y_true, config.ensemble_fit_fraction, config.seed), **passes.context)
     scores = {name: get_attack(name)(inputs) for name in names}
@@ -272,7 +318,7 @@ def run_audit(
                                     seed=config.seed, batch_size=config.batch_size)
         notes.extend(extraction.notes)
     for warning in (split.near_duplicate_warning,  # scored as non-members, they read like members
-                    single_token_warning(texts, [s.n_tokens for s in passes.target])):
+                    single_token_warning([record_content(t) for t in texts], [s.n_tokens for s in passes.target])):
         if warning:
             notes.append(warning)
 
@@ -281,10 +327,13 @@ def run_audit(
         reference=ref.name,
         config=asdict(config),
         split={"source": split.source, "seed": split.seed, "n_members": len(split.members),
-               "n_non_members": len(split.non_members), "n_validation": len(split.validation)},
+               "n_non_members": len(split.non_members), "n_validation": len(split.validation),
+               **({"format": split.format, "scored": config.scored, "unit": rendering.describe(split.members)}
+                  if records else {})},
         blind_baseline=measure("blind baseline", blind, y_true, config, notes),
         attacks={name: measure(name, values, y_true, config, notes) for name, values in scores.items()},
-        perplexity=held_out_perplexity(passes.held_out, "validation" if split.validation else "non-members", config),
+        perplexity=held_out_perplexity(passes.held_out, held_out_on, config),
+        base_perplexity=base_perplexity(passes, ref, held_out_on, config),
         scores={"blind_baseline": blind, **scores},
         labels=y_true,
         text_sha256=[text_sha256(t) for t in texts],

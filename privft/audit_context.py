@@ -33,6 +33,8 @@ class AuditContext:
 
     def check(self, evaluated: Sequence[str]) -> None:
         """Refuse prefixes drawn from the evaluation set, and neighbours missing for any evaluated text."""
+        if not self.provides():
+            return  # an empty context reads no text
         evaluation = set(evaluated)
         for name in ("non_member_prefix", "member_prefix"):
             shared = [t for t in getattr(self, name) if t in evaluation]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,11 +18,13 @@ if TYPE_CHECKING:
     from privft.audit import AuditConfig
     from privft.audit_context import AuditContext
     from privft.data import MembershipSplit
+    from privft.data.records import Record
     from privft.extraction import ExtractionSettings
 
 NEIGHBOUR_FRACTION = 0.1  # share of a text's words each neighbour swaps, as `privft reproduce` does
 AUDIT_FLAGS = {"attacks": "--attacks", "max_fprs": "--max-fpr", "n_bootstrap": "--bootstrap", "seed": "--seed",
-               "batch_size": "--batch-size", "max_length": "--max-length", "cache_dir": "--cache-dir"}
+               "batch_size": "--batch-size", "max_length": "--max-length", "cache_dir": "--cache-dir",
+               "scored": "--scored"}
 
 
 def _extraction_settings(args: argparse.Namespace) -> ExtractionSettings | None:
@@ -38,13 +41,14 @@ def _audit(args: argparse.Namespace) -> None:
     from privft.config import SettingError
     from privft.data import MembershipSplit
     from privft.scoring import check_start_rule, start_token_rule
+    from privft.scoring.render import RecordRendering, rendering_context
 
     if args.split:
         split = MembershipSplit.load(args.split)
     elif args.members and args.non_members:
-        split = MembershipSplit.from_texts(_load_texts(args.members, args.text_column),
-                                           _load_texts(args.non_members, args.text_column),
-                                           source=f"{args.members} vs {args.non_members}")
+        split = MembershipSplit.from_records(_load_records(args.members, args.text_column),
+                                             _load_records(args.non_members, args.text_column),
+                                             source=f"{args.members} vs {args.non_members}")
     else:
         raise SystemExit("privft audit: give --split MANIFEST, or both --members and --non-members.")
     try:
@@ -53,12 +57,14 @@ def _audit(args: argparse.Namespace) -> None:
             max_fprs=tuple(args.max_fpr or DEFAULT_MAX_FPRS),
             max_length=args.max_length, cache_dir=args.cache_dir, dataset_inference=args.dataset_inference,
             extraction=_extraction_settings(args),
-            **_given({"n_bootstrap": args.bootstrap, "seed": args.seed, "batch_size": args.batch_size}),
+            **_given({"n_bootstrap": args.bootstrap, "seed": args.seed, "batch_size": args.batch_size,
+                      "scored": args.scored}),
         )
     except SettingError as error:  # named as the flag the user typed, not the AuditConfig field
         raise SettingError(AUDIT_FLAGS.get(error.key, error.key), error.value, error.requirement) from None
     check_start_rule(args.start_token)
-    with start_token_rule(args.start_token):  # the neighbours' generation and every scoring pass
+    rendering = RecordRendering(assistant_only_loss=args.assistant_only_loss, scored=config.scored)
+    with start_token_rule(args.start_token), rendering_context(rendering):  # the neighbours' generation, every pass
         _audit_with(args, split, config)
 
 
@@ -98,13 +104,14 @@ def _given(options: dict[str, object]) -> dict[str, object]:
     return {name: value for name, value in options.items() if value is not None}
 
 
-def _load_texts(path: str, text_column: str) -> list[str]:
-    """The texts of a file named on the command line; a missing column is named as the --text-column flag."""
-    from privft.data import load_texts
+def _load_records(path: str, text_column: str, format: str = "auto") -> list[Record]:
+    """The texts or conversational records of a file named on the command line (`load_records`); a missing column
+    is named as the --text-column flag."""
     from privft.data.errors import MissingColumnError
+    from privft.data.loaders import load_records
 
     try:
-        return load_texts(path, text_column)
+        return load_records(path, text_column, format)
     except MissingColumnError as error:
         raise error.for_option("--text-column") from None
 
@@ -116,7 +123,7 @@ def _audit_context(args: argparse.Namespace, split: MembershipSplit, seed: int) 
     from privft.paraphrase import ParaphraseCache, build_paraphraser
 
     texts, _ = split.labels_and_texts()
-    prefixes = {name: tuple(_load_texts(path, args.text_column)) if path else ()
+    prefixes = {name: tuple(_load_records(path, args.text_column, "text")) if path else ()
                 for name, path in (("non_member_prefix", args.prefix_non_members),
                                    ("member_prefix", args.prefix_members))}
     AuditContext(**prefixes).check(texts)
@@ -174,14 +181,15 @@ def _gate(args: argparse.Namespace) -> None:
     except (ValueError, OSError) as error:  # an unreadable report or policy cannot be judged: exit 2, not 1 (fail)
         print(f"privft gate: cannot judge: {error}", file=sys.stderr)
         raise SystemExit(2) from error
-    print(verdict.to_markdown() + ("" if args.policy else "(the default policy: `privft gate --write-default`)"))
+    # A reader that stops early (`privft gate … | head`) leaves the verdict's model cards and exit code as they are.
+    _say(verdict.to_markdown() + ("" if args.policy else "(the default policy: `privft gate --write-default`)"))
     folder = Path(args.report) if Path(args.report).is_dir() else Path(args.report).parent
     cards = args.model_card or [d for d in (folder, folder / "model")
                                 if (d / "README.md").is_file() and CARD_START in (d / "README.md").read_text("utf-8")]
     for card in cards:
-        print(f"Verdict written into {write_gate_verdict(card, verdict)}")
+        _say(f"Verdict written into {write_gate_verdict(card, verdict)}")
     if not cards:
-        print("No privft model card beside the report: give --model-card DIR to write the verdict into one.")
+        _say("No privft model card beside the report: give --model-card DIR to write the verdict into one.")
     if verdict.exit_code:
         raise SystemExit(verdict.exit_code)
 
@@ -312,6 +320,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="N word-swap neighbours per text for the neighbourhood attack (local paraphraser)")
     audit.add_argument("--neighbour-model",
                        help="model proposing the neighbours' word swaps (default: the embedded smollm2-135m)")
+    audit.add_argument("--scored", help="conversational records: 'completion' (default: the trained tokens), "
+                                        "'prompt' (the untrained prompt tokens: were these prompts trained on?) "
+                                        "or 'all'")
+    audit.add_argument("--assistant-only-loss", action="store_true",
+                       help="conversational records: the model was trained on the assistant turns only (trl's "
+                            "assistant_only_loss), so score those")
     audit.add_argument("--dataset-inference", action="store_true",
                        help="also test the members as a set against the non-members (Maini et al. 2024), with a "
                             "false-positive control")
@@ -417,14 +431,38 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _drop_output_if_unread() -> None:
+    """Flush stdout; when its reader has gone (`privft gate … | head`), send the rest to /dev/null instead, so that
+    neither this flush nor Python's own at exit prints a BrokenPipeError."""
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
+def _say(text: str) -> None:
+    """Print `text` now; when stdout's reader has gone, drop it and all later output instead of failing."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        _drop_output_if_unread()
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the `privft` console script."""
     args = build_parser().parse_args(argv)
     try:
         args.run(args)
+    except BrokenPipeError:  # the reader stopped reading mid-run: exit as a command killed by SIGPIPE does
+        _drop_output_if_unread()
+        raise SystemExit(128 + signal.SIGPIPE) from None
     except (ValueError, OSError, ImportError) as error:
         # Bad input: say what is wrong and what to do, without a traceback.
         raise SystemExit(f"privft {args.command}: error: {error}") from error
+    finally:  # output still buffered is written here, before the exit status (a verdict's) is returned
+        _drop_output_if_unread()
 
 
 if __name__ == "__main__":

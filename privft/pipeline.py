@@ -13,12 +13,13 @@ from typing import Any
 from transformers import TrainerCallback
 
 from privft.audit import AuditConfig
-from privft.callbacks.audit import PrivacyAuditCallback, write_model_card_section
+from privft.callbacks.audit import PrivacyAuditCallback, fine_tuned_name, write_model_card_section
 from privft.callbacks.canary import CanaryCallback
 from privft.callbacks.soft import SelectiveObfuscationCallback, prepare_soft
 from privft.config import SAVED_BEFORE, from_dict, require, to_dict
 from privft.data import MembershipSplit
-from privft.data.canaries import CanaryPlan
+from privft.data.canaries import CanaryPlan, canary_format
+from privft.data.records import FORMATS
 from privft.data.pii import PII_FORMATS, PIICanaryPlan
 from privft.data.sources import load_source
 from privft.defend.evidence import finding_for
@@ -30,10 +31,11 @@ from privft.gate import GatePolicy, Verdict, check
 from privft.io import atomic_write_text
 from privft.models import DEFAULT_MODEL, cache_dir, hub_lookups_skipped, load_model
 from privft.paraphrase import ParaphraseCache, Paraphraser, build_paraphraser, obfuscate
-from privft.paraphrase.obfuscate import MODES
+from privft.paraphrase.obfuscate import FAILED_REWRITES, MODES, ObfuscationResult
 from privft.paraphrase.registry import PARAPHRASERS, get_paraphraser
 from privft.report import AuditReport, package_versions
 from privft.scoring import check_start_rule, start_token_record, start_token_rule
+from privft.scoring.render import RecordRendering, record_rendering, rendering_context
 from privft.training import FinetuneSettings, build_trainer, last_complete_checkpoint, tokenize_for_training
 from privft.training_record import DPRecord, SoftRecord, TrainingRecord
 
@@ -51,6 +53,15 @@ class DataSettings:
     n_non_members: int = 200
     n_validation: int = 50
     seed: int = 0
+    # The records' format (privft.data.records.FORMATS: text, prompt_completion, messages); auto detects it.
+    format: str = "auto"
+    # Conversational records: train on the assistant turns only (trl's SFTConfig.assistant_only_loss; the chat
+    # template needs {% generation %} markers). Prompt–completion records train on the completion either way.
+    assistant_only_loss: bool = False
+
+    def __post_init__(self) -> None:
+        """Refuse an unknown record format now, before any file is read."""
+        require(self.format in ("auto", *FORMATS), "format", self.format, f"must be one of {('auto', *FORMATS)}.")
 
 
 @dataclass
@@ -64,6 +75,8 @@ class CanarySettings:
     secret_length: int = CanaryPlan.secret_length
     n_alternatives: int = CanaryPlan.n_alternatives
     one_run: bool = CanaryPlan.one_run  # insert each canary with probability ½ (the rest are controls): one-run ε
+    # Conversational records: the canary's secret in the reply ("completion"), or in the user turn ("prompt").
+    secret_in: str = CanaryPlan.secret_in
     # A kind of personal data (privft.data.pii.PII_FORMATS: name, email, phone, card, account) for realistic secrets
     # instead of digits; the digit template above then gives way to the kind's own, and alphabet/secret_length go.
     kind: str | None = None
@@ -96,6 +109,9 @@ class SoftSettings:
     paraphraser_options: dict[str, Any] = field(default_factory=lambda: {"fraction": 1.0})
     prefix_keep_ratio: float = 0.5
     mode: str = "rewrite-only"  # as the released code trained; or "prefix+rewrite" (the kept half leaks)
+    # A text whose every rewrite the similarity filter rejected: "serve" its last changed candidate (often word salad),
+    # or "skip" it (serve the original; counted, and warned about, when selected).
+    failed_rewrites: str = FAILED_REWRITES[0]
 
     def __post_init__(self) -> None:
         """Check the settings now, not after every training text has been paraphrased."""
@@ -111,6 +127,8 @@ class SoftSettings:
             raise ValueError(f"soft.paraphraser={self.paraphraser!r} is not one of {sorted(PARAPHRASERS)}.")
         if self.mode not in MODES:
             raise ValueError(f"soft.mode={self.mode!r} is not one of {MODES}.")
+        if self.failed_rewrites not in FAILED_REWRITES:
+            raise ValueError(f"soft.failed_rewrites={self.failed_rewrites!r} is not one of {FAILED_REWRITES}.")
         if not 0 <= self.prefix_keep_ratio < 1:
             raise ValueError(f"soft.prefix_keep_ratio={self.prefix_keep_ratio} must be in [0, 1).")
         finding = finding_for(self.rule, self.mode, self.paraphraser, self.paraphraser_options, self.prefix_keep_ratio)
@@ -184,7 +202,9 @@ def training_record(config: RunConfig, n_texts: int, soft: SelectiveObfuscationC
             paraphraser_model=soft_paraphraser_model(config),
             paraphraser_options=dict(settings.paraphraser_options), mode=settings.mode,
             prefix_keep_ratio=settings.prefix_keep_ratio, n_samples=n_texts, n_selected=last.get("n_selected", 0),
-            n_served_obfuscated=last.get("n_served_changed", 0), n_selections=len(soft.history))
+            n_served_obfuscated=last.get("n_served_changed", 0), n_selections=len(soft.history),
+            failed_rewrites=settings.failed_rewrites, n_served_failed=last.get("n_served_failed_rewrites", 0),
+            n_skipped_failed=last.get("n_skipped_failed_rewrites", 0))
     canaries = config.canaries
     planted = (f"{canaries.n_canaries} canaries × {canaries.copies} copies"
                + (", each inserted with probability ½ (one-run ε audit)" if canaries.one_run else ""))
@@ -199,23 +219,25 @@ def training_record(config: RunConfig, n_texts: int, soft: SelectiveObfuscationC
 def load_split(settings: DataSettings) -> MembershipSplit:
     """The seeded membership split of the configured texts."""
     texts, source = load_source(corpus=settings.corpus, path=settings.path, text_column=settings.text_column,
-                                max_words=settings.max_words, corpus_options=settings.corpus_options)
+                                max_words=settings.max_words, corpus_options=settings.corpus_options,
+                                format=settings.format)
     return MembershipSplit.random(texts, n_members=settings.n_members, n_non_members=settings.n_non_members,
                                   n_validation=settings.n_validation, seed=settings.seed, source=source)
 
 
-def canary_plan(settings: CanarySettings, seed: int) -> CanaryPlan | None:
-    """The configured canaries (secrets drawn with the data seed), or None when none are planted."""
+def canary_plan(settings: CanarySettings, seed: int, format: str = "text") -> CanaryPlan | None:
+    """The configured canaries (secrets drawn with the data seed), records of `format`; None when none are planted."""
     if settings.n_canaries == 0:
         return None
     if settings.kind is not None:
         template = "" if settings.template == CanarySettings.template else settings.template  # "": the kind's own
         return PIICanaryPlan(template=template, kind=settings.kind, n_canaries=settings.n_canaries,
                              copies=settings.copies, n_alternatives=settings.n_alternatives, seed=seed,
-                             one_run=settings.one_run)
+                             one_run=settings.one_run, format=format, secret_in=settings.secret_in)
     return CanaryPlan(template=settings.template, alphabet=settings.alphabet, secret_length=settings.secret_length,
                       n_canaries=settings.n_canaries, copies=settings.copies,
-                      n_alternatives=settings.n_alternatives, seed=seed, one_run=settings.one_run)
+                      n_alternatives=settings.n_alternatives, seed=seed, one_run=settings.one_run, format=format,
+                      secret_in=settings.secret_in)
 
 
 def soft_paraphraser_model(config: RunConfig) -> str | None:
@@ -233,16 +255,17 @@ def soft_paraphraser(config: RunConfig, **overrides: Any) -> Paraphraser:
     return build_paraphraser(soft.paraphraser, **options, **{**soft.paraphraser_options, **overrides})
 
 
-def _obfuscations(config: RunConfig, texts: list[str], out: Path) -> list[str]:
+def _obfuscations(config: RunConfig, texts: list[str], out: Path) -> list[ObfuscationResult]:
     """Local paraphrases of the training texts, cached by content hash under the user's cache."""
     soft = config.soft
     paraphraser = soft_paraphraser(config)
     results = obfuscate(texts, paraphraser, prefix_keep_ratio=soft.prefix_keep_ratio, mode=soft.mode,
-                        cache=ParaphraseCache(cache_dir() / "paraphrases"), seed=config.data.seed)
+                        cache=ParaphraseCache(cache_dir() / "paraphrases"), seed=config.data.seed,
+                        failed_rewrites=soft.failed_rewrites)
     atomic_write_text(out / "obfuscations.json", json.dumps(
         [{"original": r.original, "text": r.text, "fallback": r.fallback, "reason": r.reason} for r in results],
         ensure_ascii=False, indent=1))
-    return [r.text for r in results]
+    return results
 
 
 def check_output_dir(out: Path, config: RunConfig) -> None:
@@ -270,8 +293,14 @@ def run_training(config: RunConfig, *, split: MembershipSplit | None = None,
     privft's own (so at the end of training they see the final audit's cached statistics).
     Every text starts from the token `config.start_token` chooses.
     """
-    with start_token_rule(config.start_token):
+    with start_token_rule(config.start_token), rendering_context(record_rendering_of(config)):
         return _train_and_audit(config, split, extra_callbacks)
+
+
+def record_rendering_of(config: RunConfig) -> RecordRendering:
+    """How the run renders conversational records: its max_length (trl's default if unset), loss mask, scored tokens."""
+    return RecordRendering(**({"max_length": config.training.max_length} if config.training.max_length else {}),
+                           assistant_only_loss=config.data.assistant_only_loss, scored=config.audit.scored)
 
 
 def _train_and_audit(config: RunConfig, split: MembershipSplit | None,
@@ -280,7 +309,7 @@ def _train_and_audit(config: RunConfig, split: MembershipSplit | None,
     out = Path(config.training.output_dir)
     check_output_dir(out, config)
     split = split or load_split(config.data)
-    plan = canary_plan(config.canaries, config.data.seed)
+    plan = canary_plan(config.canaries, config.data.seed, canary_format(split.members))
     train_texts = list(split.members)
     if plan is not None:
         plan.check_absent(split.non_members, split.validation)
@@ -297,11 +326,13 @@ def _train_and_audit(config: RunConfig, split: MembershipSplit | None,
     canary_callback = CanaryCallback(plan, tokenizer) if plan else None
     soft_callback = None
     if config.soft.rule is not None:
+        obfuscations = _obfuscations(config, train_texts, out)
         dataset, soft_callback = prepare_soft(
-            tokenizer, train_texts, _obfuscations(config, train_texts, out),
+            tokenizer, train_texts, [r.text for r in obfuscations],
             split.validation if get_rule(config.soft.rule).needs_validation else None,
             schedule=config.soft.schedule(), max_length=config.training.max_length, batch_size=config.audit.batch_size,
-            score_max_length=config.audit.max_length)
+            score_max_length=config.audit.max_length, rewrite_failed=[r.failed_filter for r in obfuscations],
+            rendering=record_rendering())
         callbacks.append(soft_callback)
     else:
         dataset = tokenize_for_training(tokenizer, train_texts, config.training.max_length)
@@ -312,7 +343,8 @@ def _train_and_audit(config: RunConfig, split: MembershipSplit | None,
     reference = load_model(config.model)[0] if config.training.lora is None else None
     audit_callback = PrivacyAuditCallback(split, tokenizer, reference=reference, config=config.audit,
                                           canary_callback=canary_callback, every_n_epochs=config.audit_every_n_epochs,
-                                          output_dir=str(out), model_name=config.model)
+                                          output_dir=str(out), model_name=fine_tuned_name(out / "model", config.model),
+                                          rendering=record_rendering())
     callbacks.append(audit_callback)
     callbacks.extend(extra_callbacks)
 

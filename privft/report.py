@@ -5,19 +5,21 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 import platform
 import re
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from privft.attacks import distribution_shift
 from privft.extraction import ExtractionReport
 from privft.io import atomic_write_bytes, atomic_write_text, remove_temp_files
-from privft.metrics import MIN_SAMPLE_PER_CLASS, AttackMetrics, TPRAtFPR
+from privft.metrics import MIN_RESOLVING_FALSE_POSITIVES, MIN_SAMPLE_PER_CLASS, AttackMetrics, PerplexityRatio, TPRAtFPR
 from privft.training_record import TrainingRecord
 
 REPORT_FILES = ("report.json", "report.md", "roc.png")
@@ -42,6 +44,58 @@ class PerplexityResult:
     def interval(self) -> str:
         """' [low, high]' when the interval was measured, else ''."""
         return f" [{self.ci_low:.2f}, {self.ci_high:.2f}]" if self.ci_low is not None else ""
+
+
+@dataclass(frozen=True)
+class BasePerplexity:
+    """The reference model's perplexity on the target's held-out texts, and the target's paired ratio to it."""
+
+    model: str  # as the report names the reference, e.g. "base model (adapters disabled)"
+    perplexity: PerplexityResult
+    ratio: PerplexityRatio  # target over reference, paired over the same texts
+
+    def line(self) -> str:
+        """The report.md line under the target's perplexity."""
+        p, r = self.perplexity, self.ratio
+        return (f"The {self.model} on the same texts: {p.value:.2f}{p.interval()}; the audited model's perplexity is "
+                f"×{r.ratio:.3f} [{r.ci_low:.3f}, {r.ci_high:.3f}] of it (paired bootstrap over the texts).")
+
+    def warning(self, audited: PerplexityResult) -> str | None:
+        """A warning when the audited model is worse than the reference on the held-out texts; None otherwise."""
+        r = self.ratio
+        if r.ratio <= 1:
+            return None
+        noise = "" if r.significant else " (the paired interval includes 1: possibly noise)"
+        return (f"WORSE THAN THE BASE MODEL: perplexity {audited.value:.2f} on {audited.n_texts} {audited.on} texts "
+                f"against {self.perplexity.value:.2f} for the {self.model} on the same texts, ×{r.ratio:.3f} "
+                f"[{r.ci_low:.3f}, {r.ci_high:.3f}]{noise}. The fine-tune lost utility on held-out text; lower the "
+                "learning rate or train fewer epochs.")
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (report.json's `base_perplexity`)."""
+        return {"model": self.model, "perplexity": asdict(self.perplexity), "ratio": asdict(self.ratio)}
+
+
+def split_description(split: dict[str, Any]) -> str:
+    """'split: SOURCE, seed N'; a split given as two sets of texts has no seed and reads 'as given'. A split of
+    conversational records adds what was scored, e.g. 'scored: completion tokens of 500 prompt–completion records'."""
+    seed = split.get("seed")
+    drawn = f"seed {seed}" if seed is not None else "members and non-members as given"
+    scored = f"; scored: {split['unit']}" if split.get("unit") else ""
+    return f"split: {split.get('source', '?')}, {drawn}{scored}"
+
+
+def max_fpr_hint(metrics: list[AttackMetrics]) -> str | None:
+    """What to ask for when no TPR cell is estimable: an FPR ceiling these non-members resolve; None otherwise."""
+    cells = [t for m in metrics for t in m.tpr_at_fpr]
+    if not cells or any(t.tpr is not None for t in cells):
+        return None
+    n = max(t.n_non_members for t in cells)
+    ceiling = min(1.0, math.ceil(MIN_RESOLVING_FALSE_POSITIVES / max(n, 1) * 1000) / 1000)  # rounded up
+    return (f"No TPR at any FPR ceiling is estimable on {n:,} non-members. Ask for a ceiling they resolve: FPR ≤ "
+            f"{ceiling:g} allows {math.floor(n * ceiling + 1e-9)} false positives (`privft audit --max-fpr "
+            f"{ceiling:g}`, or `audit: {{max_fprs: [{ceiling:g}]}}` in a `privft train` config); or audit more "
+            "non-members.")
 
 
 def package_versions() -> dict[str, str]:
@@ -154,6 +208,7 @@ class AuditReport:
     dataset_inference: dict | None = None  # DatasetInferenceResult.to_dict(), when AuditConfig.dataset_inference
     training: TrainingRecord | None = None  # how the model was trained and defended (`privft train` fills it)
     start_token: dict | None = None  # the token every text was scored after: rule, token, id (run_audit fills it)
+    base_perplexity: BasePerplexity | None = None  # the reference's, on the same held-out texts (run_audit fills it)
     created: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
     versions: dict[str, str] = field(default_factory=package_versions)
 
@@ -187,8 +242,12 @@ class AuditReport:
         elif auc.ci_low > 0.5:
             found.append(f"The blind baseline is above chance (AUC {auc.auc:.3f}, CI low {auc.ci_low:.3f}): "
                          "the split may differ mildly in distribution.")
-        resolution = {t.warning for m in metrics for t in m.tpr_at_fpr if t.warning}
-        return found + sorted(resolution) + beyond_membership_warnings(self) + list(self.notes)
+        if self.base_perplexity and (worse := self.base_perplexity.warning(self.perplexity)):
+            found.append(worse)
+        resolution = sorted({t.warning for m in metrics for t in m.tpr_at_fpr if t.warning})
+        hint = max_fpr_hint(metrics)
+        return (found + resolution + ([hint] if hint else []) + beyond_membership_warnings(self)
+                + list(self.notes))
 
     def to_dict(self) -> dict:
         """A JSON-ready dict of every number, per-text score, setting and version."""
@@ -206,6 +265,7 @@ class AuditReport:
             "blind_baseline": self.blind_baseline.to_dict(),
             "attacks": {name: m.to_dict() for name, m in self.attacks.items()},
             "perplexity": asdict(self.perplexity),
+            "base_perplexity": self.base_perplexity.to_dict() if self.base_perplexity else None,
             "canary_exposure": self.canary_exposure,
             "extraction": self.extraction.to_dict() if self.extraction else None,
             "epsilon_audit": self.epsilon_audit,
@@ -227,7 +287,7 @@ class AuditReport:
             f"## Membership-inference audit: {self.model}",
             "",
             f"{self.split['n_members']} members vs {self.split['n_non_members']} non-members "
-            f"(split: {self.split['source']}, seed {self.split['seed']}); reference: {self.reference or 'none'}"
+            f"({split_description(self.split)}); reference: {self.reference or 'none'}"
             + (f"; every text scored after `{self.start_token['token']}` (start_token: {self.start_token['rule']})."
                if self.start_token else "."),
             "",
@@ -236,19 +296,21 @@ class AuditReport:
             "| " + " | ".join(header) + " |",
             "|" + "---|" * len(header),
         ]
-        for name, m in [("blind baseline (no model)", self.blind_baseline), *self.attacks.items()]:
-            a = m.auc
-            cells = [name + (shift if m is self.blind_baseline else ""),
-                     f"{a.auc:.3f} [{a.ci_low:.3f}, {a.ci_high:.3f}]" + (" ⚠" if a.warning else ""),
-                     *map(tpr_cell, m.tpr_at_fpr)]
-            lines.append("| " + " | ".join(cells) + " |")
+        rows = [[name + (shift if m is self.blind_baseline else ""),
+                 f"{m.auc.auc:.3f} [{m.auc.ci_low:.3f}, {m.auc.ci_high:.3f}]" + (" ⚠" if m.auc.warning else ""),
+                 *map(tpr_cell, m.tpr_at_fpr)]
+                for name, m in [("blind baseline (no model)", self.blind_baseline), *self.attacks.items()]]
+        lines += ["| " + " | ".join(cells) + " |" for cells in rows]
+        flagged = " ⚠ marks a warning above (sample size or resolution)." if any(
+            cell.endswith(" ⚠") for cells in rows for cell in cells) else ""
         p = self.perplexity
         bootstrap = " The interval is a 95 % bootstrap over the texts." if p.ci_low is not None else ""
         lines += ["", f"Perplexity on {p.on}: {p.value:.2f}{p.interval()} ({p.n_texts} texts, {p.n_tokens} tokens; "
                       f"{p.convention}{bootstrap})",
+                  *([self.base_perplexity.line()] if self.base_perplexity else []),
                   "", "TPR cells show (true positives / members) at the lowest threshold that keeps these "
-                      "non-members' FPR within the ceiling; the interval covers the members' binomial noise only. "
-                      "⚠ marks a warning above (sample size or resolution).",
+                      "non-members' FPR within the ceiling; the interval covers the members' binomial noise only."
+                      + flagged,
                   *filter(None, map(self.threshold_fpr_line, range(len(fprs))))]
         if self.canary_exposure:
             c = self.canary_exposure
@@ -356,7 +418,7 @@ def comparison_markdown(reports: dict[str, AuditReport]) -> str:
     fpr = first.blind_baseline.tpr_at_fpr[0].max_fpr
     header = ["Attack", *[f"AUC {n}" for n in names], *[f"TPR@{fpr * 100:g} % {n}" for n in names]]
     lines = [f"{first.split['n_members']} members vs {first.split['n_non_members']} non-members "
-             f"(split: {first.split['source']}, seed {first.split['seed']}).", "",
+             f"({split_description(first.split)}).", "",
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     rows = {"blind baseline (no model)": [r.blind_baseline for r in reports.values()]}
     rows |= {a: [r.attacks[a] for r in reports.values()] for a in first.attacks if all(a in r.attacks for r in

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import math
 import warnings
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -26,15 +26,19 @@ from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import sort_checkpoints
 
 from privft.config import require
+from privft.data.records import Record
 from privft.scoring import start_token
+from privft.scoring.render import record_rendering, render_records
 
+# The default targets: every Linear layer of the decoder (peft's "all-linear", whatever the architecture calls them),
+# spelled as Llama, Gemma, Qwen and Mistral name theirs.
 ALL_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 KEPT_CHECKPOINTS = 2  # the newest checkpoint and the one before it, in case a kill interrupts the newest's save
 
 
 @dataclass
 class LoraSettings:
-    """LoRA adapter settings (peft); `targets` name the Linear modules that get adapters."""
+    """LoRA adapter settings (peft); `targets` name the Linear modules that get adapters (default: all of them)."""
 
     rank: int = 16
     alpha: int = 32
@@ -50,9 +54,10 @@ class LoraSettings:
         require(len(self.targets) > 0, "targets", self.targets, "must name at least one Linear module, e.g. q_proj.")
 
     def to_peft(self) -> LoraConfig:
-        """The equivalent peft LoraConfig for a causal LM."""
+        """The equivalent peft LoraConfig for a causal LM; the default targets become peft's "all-linear"."""
+        targets = "all-linear" if self.targets == ALL_LINEAR else list(self.targets)
         return LoraConfig(r=self.rank, lora_alpha=self.alpha, lora_dropout=self.dropout,
-                          target_modules=list(self.targets), task_type="CAUSAL_LM")
+                          target_modules=targets, task_type="CAUSAL_LM")
 
 
 @dataclass
@@ -87,9 +92,21 @@ class FinetuneSettings:
                 "must be at least 1 (optimizer steps between checkpoints), or null for no checkpoints.")
 
 
-def tokenize_for_training(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str],
+def tokenize_for_training(tokenizer: PreTrainedTokenizerBase, texts: Sequence[Record],
                           max_length: int | None) -> Dataset:
-    """BOS-prefixed token ids, exactly as the audit scores them, truncated (with a warning) to `max_length` if given."""
+    """BOS-prefixed token ids, exactly as the audit scores them, truncated (with a warning) to `max_length` if given.
+
+    Conversational records get trl's ids and a ``labels`` column that masks the untrained tokens
+    (`privft.scoring.render`), cut at `max_length` if given, else at the rendering's own; each row
+    keeps its record's own fields too, so `SFTTrainer` knows the dataset for conversational (its
+    `assistant_only_loss` check) while it takes the ids and labels as they are.
+    """
+    if texts and not isinstance(texts[0], str):
+        rendering = record_rendering() if max_length is None else replace(record_rendering(), max_length=max_length)
+        rendered = render_records(texts, tokenizer, rendering)
+        return Dataset.from_list([{**record, "input_ids": r.input_ids,
+                                   "labels": [t if k else -100 for t, k in zip(r.input_ids, r.trained)]}
+                                  for record, r in zip(texts, rendered)])
     start = start_token(tokenizer)
     encoded = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
     if max_length is None:
@@ -99,6 +116,16 @@ def tokenize_for_training(tokenizer: PreTrainedTokenizerBase, texts: Sequence[st
         warnings.warn(f"{truncated} of {len(texts)} training texts exceed max_length={max_length} tokens and are "
                       "truncated; their tails are not trained on although the audit scores them.", stacklevel=2)
     return Dataset.from_dict({"input_ids": [[start, *ids][:max_length] for ids in encoded]})
+
+
+def training_collator(tokenizer: PreTrainedTokenizerBase, dataset: Dataset) -> Callable[[list[dict]], dict]:
+    """Padding for a batch: trl's collator where the dataset carries its own labels (records), else causal LM's."""
+    if "labels" in dataset.column_names:
+        from trl.trainer.sft_trainer import DataCollatorForLanguageModeling as LabelledCollator
+
+        return LabelledCollator(pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None
+                                else start_token(tokenizer))
+    return DataCollatorForLanguageModeling(tokenizer, mlm=False)
 
 
 def last_complete_checkpoint(output_dir: str | Path, required: Sequence[str] = ()) -> str | None:
@@ -165,7 +192,7 @@ def build_trainer(
         args=args,
         train_dataset=train_dataset,
         processing_class=tokenizer,
-        data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False),
+        data_collator=training_collator(tokenizer, train_dataset),
         callbacks=list(callbacks),
     )
 
@@ -173,7 +200,7 @@ def build_trainer(
 def finetune(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
-    texts: Sequence[str],
+    texts: Sequence[Record],
     settings: FinetuneSettings | None = None,
     callbacks: Sequence[TrainerCallback] = (),
 ) -> PreTrainedModel | PeftModel:

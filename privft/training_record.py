@@ -20,9 +20,12 @@ class SoftRecord:
     n_selected: int  # selected at the last selection (cumulative unless the rule says otherwise)
     n_served_obfuscated: int  # of those, served with tokens that differ from the original's (soft/n_served_changed)
     n_selections: int
+    failed_rewrites: str  # SoftSettings.failed_rewrites: "serve" or "skip" a rewrite the similarity filter rejected
+    n_served_failed: int  # of those served obfuscated, rewrites the filter rejected (soft/n_served_failed_rewrites)
+    n_skipped_failed: int  # selected, served as written: every rewrite rejected (soft/n_skipped_failed_rewrites)
 
     def markdown(self) -> str:
-        """One bullet line: rule, paraphraser, format and the samples served obfuscated."""
+        """One bullet line: rule, paraphraser, format, the samples served obfuscated, the failed rewrites among them."""
         options = ", ".join(f"{k} {v}" for k, v in self.paraphraser_options.items())
         paraphraser = "; ".join(filter(None, [self.paraphraser_model, options]))
         kept = (f"the first {self.prefix_keep_ratio * 100:g} % kept verbatim" if self.prefix_keep_ratio
@@ -31,8 +34,13 @@ class SoftRecord:
         served = (f"{self.n_served_obfuscated} of {self.n_samples} training samples served obfuscated after {last} "
                   f"({self.n_selected} selected)" if self.n_selections
                   else f"no selection ran, so none of the {self.n_samples} training samples was served obfuscated")
+        failed = (f" Of those, {self.n_served_failed} were rewrites the similarity filter rejected (served anyway: "
+                  "failed_rewrites: serve)." if self.n_served_failed else "")
+        if self.n_skipped_failed:
+            failed += (f" {self.n_skipped_failed} selected samples were served as written, every rewrite of theirs "
+                       f"rejected by the similarity filter (failed_rewrites: {self.failed_rewrites}).")
         return (f"- SOFT: {self.rule} rule; {self.paraphraser} paraphraser"
-                + (f" ({paraphraser})" if paraphraser else "") + f"; {self.mode}, {kept}; {served}.")
+                + (f" ({paraphraser})" if paraphraser else "") + f"; {self.mode}, {kept}; {served}.{failed}")
 
 
 @dataclass(frozen=True)
@@ -66,7 +74,9 @@ class DPRecord:
                 f"(of {self.steps} calibrated), C = {self.max_grad_norm:g}.")
         if self.max_multiplicity and self.max_multiplicity > 1 and self.group_epsilon is not None:
             line += (f" A text present {self.max_multiplicity} times is protected at (ε, δ) = "
-                     f"({self.group_epsilon:.3g}, {self.group_delta:.2g}) only (group privacy).")
+                     f"({self.group_epsilon:.3g}, {self.group_delta:.2g}) only (group privacy)")
+            line += (": δ = 1 holds for any training whatever, so such a text has no DP protection at all; "
+                     "de-duplicate the training data." if self.group_delta >= 1 else ".")
         return line
 
 

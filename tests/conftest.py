@@ -1,4 +1,5 @@
-"""Shared fixtures: a locally trained tokenizer and tiny Llama models; nothing touches the network."""
+"""Shared fixtures: a locally trained tokenizer (also with a Gemma-style `<bos>`) and tiny Llama models; nothing
+touches the network."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
-from privft.models import build_tiny_llama, train_bpe_tokenizer
+from privft.chat_templates import with_chat_template
+from privft.models import build_tiny_llama, train_bpe_tokenizer, with_prepended_bos
 
 
 @pytest.fixture(scope="session")
@@ -25,6 +27,18 @@ def local_texts() -> list[str]:
 def tokenizer(local_texts):
     """A 1,024-token byte-level BPE tokenizer trained on local text."""
     return train_bpe_tokenizer(local_texts, vocab_size=1024)
+
+
+@pytest.fixture(scope="session")
+def bos_tokenizer(tokenizer):
+    """The same tokenizer with a `<bos>` that it prepends to every text, as Gemma's tokenizer does."""
+    return with_prepended_bos(tokenizer)
+
+
+@pytest.fixture(scope="session")
+def chat_tokenizer(tokenizer):
+    """The same tokenizer with SmolLM2-Instruct's chat template and its special tokens."""
+    return with_chat_template(tokenizer)
 
 
 @pytest.fixture()

@@ -66,10 +66,33 @@ def test_audit_scores_only_the_passes_its_attacks_read(lora_model, tokenizer, sp
     passes = []
     monkeypatch.setattr(audit, "score_texts", lambda *a, desc, **k: passes.append(desc) or score_texts(*a, **k))
     run_audit(lora_model, tokenizer, split, config=AuditConfig(attacks=("loss", "min_k_pp")))
-    assert passes == ["target", "perplexity"]  # neither the reference nor the lowercased copy is scored
+    assert passes == ["target", "base perplexity", "perplexity"]  # the base scores the held-out texts alone
     passes.clear()
     run_audit(lora_model, tokenizer, split, config=AuditConfig(attacks=("loss", "ensemble")))
-    assert passes == ["target", "reference", "lowercase", "perplexity"]  # the Ensemble reads every component
+    assert passes == ["target", "reference", "base perplexity", "lowercase", "perplexity"]  # every component
+    passes.clear()
+    run_audit(build_tiny_llama(tokenizer), tokenizer, split, config=AuditConfig(attacks=("loss",)))
+    assert passes == ["target", "perplexity"]  # no reference: no base perplexity
+
+
+def test_report_shows_the_base_perplexity_on_the_same_texts_and_warns_when_the_fine_tune_is_worse(
+        lora_model, tokenizer, split, tmp_path):
+    report = run_audit(lora_model, tokenizer, split, config=AuditConfig(attacks=("loss",)))
+    base = build_tiny_llama(tokenizer)  # same seed: the weights LoRA started from
+    stats = score_texts(base, tokenizer, split.validation)
+    expected = np.exp(sum(s.nll_sum for s in stats) / sum(s.n_tokens for s in stats))
+    comparison = report.base_perplexity
+    assert comparison.model == "base model (adapters disabled)" and comparison.perplexity.n_texts == 10
+    assert comparison.perplexity.value == pytest.approx(expected, rel=1e-5)
+    assert comparison.ratio.ratio == pytest.approx(report.perplexity.value / expected, rel=1e-5)
+    assert comparison.ratio.ratio < 1 and not any("WORSE THAN THE BASE" in w for w in report.warnings)
+    assert f"on the same texts: {expected:.2f}" in report.to_markdown()
+    worse = run_audit(base, tokenizer, split, reference=lora_model, config=AuditConfig(attacks=("loss",)))
+    [warning] = [w for w in worse.warnings if w.startswith("WORSE THAN THE BASE MODEL")]
+    assert f"perplexity {worse.perplexity.value:.2f} on 10 validation texts" in warning
+    saved = json.loads(worse.save(tmp_path)["json"].read_text())
+    assert saved["base_perplexity"]["ratio"]["ratio"] > 1 and warning in saved["warnings"]
+    assert warning in (tmp_path / "report.md").read_text()
 
 
 def test_report_files_carry_counts_scores_and_warnings(lora_model, tokenizer, split, tmp_path):
@@ -91,6 +114,19 @@ def test_report_files_carry_counts_scores_and_warnings(lora_model, tokenizer, sp
     markdown = mixed.to_markdown()  # the Ensemble scores 21 + 21 texts; its looser bound is stated with its count
     assert "ensemble is measured on 21 of 30 members and 21 of 30 non-members" in markdown
     assert "order statistics of 21 non-members" in markdown
+
+
+def test_with_no_tpr_estimable_the_report_suggests_a_ceiling_the_non_members_resolve(lora_model, tokenizer, split):
+    report = run_audit(lora_model, tokenizer, split, config=AuditConfig(attacks=("loss",)))
+    [hint] = [w for w in report.warnings if w.startswith("No TPR at any FPR ceiling is estimable on 30")]
+    assert "FPR ≤ 0.334 allows 10 false positives (`privft audit --max-fpr 0.334`" in hint
+    markdown = report.to_markdown()
+    assert hint in markdown and "⚠" not in markdown  # no cell is flagged, so the footnote promises no mark
+    resolved = run_audit(lora_model, tokenizer, split, config=AuditConfig(attacks=("loss",), max_fprs=(0.334, 0.1)))
+    assert resolved.attacks["loss"].tpr_at_fpr[0].false_positives <= 10
+    assert not any(w.startswith("No TPR") for w in resolved.warnings)
+    markdown = resolved.to_markdown()  # FPR ≤ 10 % rests on 3 false positives: flagged, and the footnote says why
+    assert " ⚠ |" in markdown and "⚠ marks a warning above" in markdown
 
 
 def test_no_reference_skips_reference_attacks_with_a_note(tiny_model, tokenizer, split):

@@ -225,7 +225,7 @@ def test_the_documented_grids_load_and_the_scale_grids_share_their_cells():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the study selects configurations privft warns about, on purpose
         grids = {name: load_yaml(CompareConfig, experiments / f"{name}.yaml")
-                 for name in ("compare-smollm2", "compare-scale", "soft-study")}
+                 for name in ("compare-smollm2", "compare-scale", "soft-study", "conversations")}
         cells = {name: {cell.name: cell for cell in grid_cells(config)} for name, config in grids.items()}
     study, scale = grids["soft-study"], grids["compare-scale"]
     assert study.run == scale.run and study.cells_dir == scale.cells_dir
@@ -234,6 +234,11 @@ def test_the_documented_grids_load_and_the_scale_grids_share_their_cells():
             "SOFT release, suffix rewritten by the LLM"} <= shared
     assert all(cells["soft-study"][name].config == cells["compare-scale"][name].config for name in shared)
     assert scale.run.data.n_members == 500 and scale.run.data.n_non_members == 2000
+    chats = grids["conversations"].run.data  # issue 29's measured cells: tickets-chat, completion-only
+    assert (chats.corpus, chats.corpus_options["format"], chats.n_members, chats.n_non_members) == (
+        "tickets-chat", "prompt_completion", 500, 2000)
+    assert set(cells["conversations"]) == {"pretrained (not fine-tuned)", "LoRA r=16", "SOFT paper (r=16)",
+                                           "DP-LoRA ε=8 (r=16)"}
 
 
 def test_add_perplexity_losses_restores_what_the_audit_measured_and_refuses_another_model(config):

@@ -27,6 +27,7 @@ from privft.dp import (
 from privft.dp.callback import STATE_FILE
 from privft.dp.engine import NOISE, SAMPLING
 from privft.training import LoraSettings, tokenize_for_training
+from privft.training_record import DPRecord
 
 LORA = LoraSettings(rank=4, alpha=8, targets=("q_proj", "v_proj", "down_proj"))
 
@@ -258,6 +259,17 @@ def test_group_privacy_bound():
     assert group_privacy(1.0, 1e-5, 1) == (1.0, 1e-5)
     assert group_privacy(1.0, 1e-5, 5) == pytest.approx((5.0, 5 * math.exp(4) * 1e-5))
     assert group_privacy(8.0, 1e-5, 1000) == (8000.0, 1.0)  # vacuous, and no overflow
+
+
+def test_a_vacuous_group_guarantee_says_it_is_no_protection():
+    record = dict(epsilon=8.0, delta=1e-5, target_epsilon=8.0, noise_multiplier=0.6, sample_rate=0.04, steps=75,
+                  noised_steps=75, max_grad_norm=1.0, accountant="prv", privacy_unit="one training sequence",
+                  max_multiplicity=3)
+    vacuous = DPRecord(**record, group_epsilon=24.0, group_delta=1.0).markdown()
+    assert "protected at (ε, δ) = (24, 1) only (group privacy): δ = 1 holds for any training whatever" in vacuous
+    assert "no DP protection at all" in vacuous
+    meaningful = DPRecord(**record, group_epsilon=24.0, group_delta=2e-4).markdown()
+    assert meaningful.endswith("(24, 0.0002) only (group privacy).") and "no DP protection" not in meaningful
 
 
 def test_repeated_sequences_warn_and_report_group_privacy(lora_model, tokenizer, dataset, tmp_path):

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import signal
+import sys
 
 import pytest
 
@@ -70,6 +73,60 @@ def test_an_audit_below_the_minimum_counts_cannot_pass(audited):
     # Even a failing limit does not turn an unjudgeable audit into a verdict on the model.
     failing = GatePolicy(**{**vars(lenient), "max_tpr_at_fpr": {0.01: 0.0}})
     assert check(audited[1], failing).outcome == CANNOT_JUDGE
+
+
+def test_a_cannot_judge_shows_the_strongest_attacks_auc_and_tpr(audited):
+    report = copy.deepcopy(audited[0].to_dict())
+    report["attacks"]["zlib"]["auc"].update(auc=0.999, ci_low=0.995, ci_high=1.0)  # obvious leakage, too few texts
+    report["attacks"]["zlib"]["tpr_at_fpr"][0].update(tpr=0.95, true_positives=95)
+    verdict = check(report)  # the default policy asks for 1,000 members
+    assert verdict.outcome == CANNOT_JUDGE
+    line = ("Measured, not judged: the strongest attack, zlib, reaches AUC 0.999 [0.995, 1.000]; TPR 0.950 "
+            "(95/100 members) at FPR ≤ 1 %; TPR not estimable at FPR ≤ 0.1 %.")
+    markdown = verdict.to_markdown()
+    assert markdown.index(verdict.headline()) < markdown.index(line) < markdown.index("| Criterion")
+    assert verdict.to_dict()["strongest_attack"] == line
+    assert line not in check(report, SMALL).to_markdown()  # judged: the criteria rows carry the numbers
+
+
+def test_a_split_given_as_two_files_has_no_seed_to_print(audited):
+    report = copy.deepcopy(audited[0])
+    report.split = {**report.split, "source": "members.jsonl vs non.jsonl", "seed": None}
+    expected = "split: members.jsonl vs non.jsonl, members and non-members as given"
+    assert expected in report.to_markdown() and "seed None" not in report.to_markdown()
+    assert expected in check(report).criteria[0].evidence
+
+
+def _closed_pipe(line_buffered: bool):
+    """A stdout whose reader has gone, as after `privft … | head` has read its lines."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    return os.fdopen(write_end, "w", buffering=1 if line_buffered else -1)
+
+
+@pytest.mark.parametrize("line_buffered", [False, True])  # True: as under PYTHONUNBUFFERED, each line written at once
+def test_gate_piped_into_a_reader_that_stops_keeps_its_verdict_and_prints_no_broken_pipe(audited, monkeypatch,
+                                                                                         tmp_path, line_buffered):
+    folder = tmp_path / "run"
+    audited[0].save(folder)
+    write_model_card_section(folder / "model", audited[0])
+    with _closed_pipe(line_buffered) as closed:
+        monkeypatch.setattr(sys, "stdout", closed)
+        with pytest.raises(SystemExit) as unjudged:
+            main(["gate", str(folder)])
+        assert unjudged.value.code == 2  # the verdict's code, not a BrokenPipeError
+        print("more output", file=closed, flush=True)  # later writes, Python's own at exit among them, are dropped
+    assert "Release gate: CANNOT JUDGE" in (folder / "model" / "README.md").read_text()  # the card is still written
+
+
+def test_other_commands_into_a_closed_pipe_exit_as_sigpipe_would_without_a_traceback(monkeypatch, tmp_path):
+    with _closed_pipe(line_buffered=True) as closed:
+        monkeypatch.setattr(sys, "stdout", closed)
+        with pytest.raises(SystemExit) as stopped:
+            main(["gate", "--write-default", str(tmp_path / "policy.yaml")])  # its one line fails as it is written
+        assert stopped.value.code == 128 + signal.SIGPIPE
+        print("more output", file=closed, flush=True)
+    assert (tmp_path / "policy.yaml").exists()
 
 
 def test_a_ceiling_the_audit_cannot_resolve_is_not_measured(audited):

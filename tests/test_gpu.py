@@ -131,10 +131,9 @@ def test_the_chunked_head_allocates_at_most_its_chunk_budget_beyond_the_model_an
         tokenizer, local_texts, monkeypatch):
     model = build_tiny_llama(tokenizer).to("cuda")
     vocab, hidden = model.config.vocab_size, model.config.hidden_size
-    block_rows, slice_rows = 64, 16
-    monkeypatch.setattr(scoring, "HEAD_CHUNK_ELEMENTS", block_rows * vocab)
-    monkeypatch.setattr(scoring, "STATISTICS_CHUNK_ELEMENTS", slice_rows * vocab)
-    monkeypatch.setattr(scoring, "MIN_STATISTICS_ROWS", slice_rows)
+    block_rows, tile_width = 64, 256
+    monkeypatch.setattr(scoring, "HEAD_TILE_WIDTH", tile_width)
+    monkeypatch.setattr(scoring, "HEAD_TILE_ELEMENTS", block_rows * tile_width)
     encoded = [ids for ids in tokenizer(local_texts, add_special_tokens=False)["input_ids"] if 100 <= len(ids) <= 200]
     sample = tokenizer.batch_decode(encoded[:8])
     start = scoring.start_token(tokenizer)
@@ -156,9 +155,11 @@ def test_the_chunked_head_allocates_at_most_its_chunk_budget_beyond_the_model_an
         decoder = peak_beyond_the_model(lambda: model.get_decoder()(input_ids=ids, attention_mask=mask,
                                                                      use_cache=False))
     scored = peak_beyond_the_model(lambda: score_texts(model, tokenizer, sample, batch_size=len(sample)))
-    chunk_budget = (block_rows + slice_rows) * vocab * 4  # the two fp32 buffers every block and slice reuses
+    # The two fp32 tile buffers every block reuses and the tiles' five sums per row (the merge's few copies of the
+    # sums, kilobytes, fall in the allowance for rounding below).
+    chunk_budget = (2 * block_rows * tile_width + 5 * -(-vocab // tile_width) * block_rows) * 4
     # Per scored row: its gathered hidden state, 4 int64 indices (row, position, position - 1, target) and the 3
-    # statistics three times over (per slice, concatenated, stacked for the copy to the host); then the ids and mask.
+    # statistics three times over (per block, concatenated, stacked for the copy to the host); then the ids and mask.
     per_row = n_rows * (hidden * 4 + 4 * 8 + 3 * 3 * 4) + 2 * ids.numel() * 8
     assert scored <= decoder + chunk_budget + per_row + 2**20  # 1 MiB for the allocator's rounding
     assert scored < decoder + n_rows * vocab * 4  # far below a full-logits pass

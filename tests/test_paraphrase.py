@@ -28,6 +28,7 @@ from privft.paraphrase import (
     split_prefix,
     word_similarity,
 )
+from privft.paraphrase.obfuscate import NAMED_TEXTS, ObfuscationResult, fallback_summary
 from privft.paraphrase.wordnet import load_synonyms
 
 TEXT = "the quick brown fox jumps over the lazy dog near the river bank"
@@ -138,7 +139,7 @@ def test_when_every_try_fails_the_last_changed_candidate_is_kept_and_logged(capl
         [result] = obfuscate([TEXT], paraphraser, retries=3)
     assert (result.text, result.attempts, result.fallback) == (PREFIX + "dog", 4, True)
     assert "too short" in result.reason and "last non-empty changed candidate" in result.reason
-    assert "Text 0: all 4 rewrites rejected" in caplog.text
+    assert "1 of 1 texts had every rewrite rejected by the similarity and length filter (text 0)" in caplog.text
 
 
 def test_when_no_candidate_changes_anything_the_original_is_kept_and_flagged(caplog):
@@ -149,6 +150,33 @@ def test_when_no_candidate_changes_anything_the_original_is_kept_and_flagged(cap
     assert "kept the original text" in result.reason
     assert (empty.fallback, empty.attempts) == (True, 0) and "nothing to rewrite" in empty.reason
     assert [record.name for record in caplog.records] == ["privft.paraphrase"] * 2
+
+
+def test_fallbacks_are_one_summary_line_and_skip_serves_the_originals(caplog):
+    texts = [f"{PREFIX}the {word} dog near the river bank" for word in ("lazy", "calm", "wild", "shy")] * 3
+    texts[5] = "   "  # nothing to rewrite
+    paraphraser = Scripted(lambda text, seed: text.replace("lazy", "sleepy") if "lazy" in text else UNRELATED)
+    with caplog.at_level(logging.WARNING, logger="privft.paraphrase"):
+        served = obfuscate(texts, paraphraser, retries=1)
+        skipped = obfuscate(texts, paraphraser, retries=1, failed_rewrites="skip", mode="rewrite-only")
+    failed = [i for i in range(12) if i % 4 and i != 5]
+    assert [i for i, result in enumerate(served) if result.failed_filter] == failed
+    assert served[1].text == PREFIX + UNRELATED and served[5].fallback and not served[5].failed_filter
+    assert [skipped[i].text for i in failed] == [texts[i] for i in failed]  # the whole original, in either mode
+    assert skipped[0].text == GOOD and "failed_rewrites='skip'" in skipped[1].reason
+    first, second = (record.getMessage() for record in caplog.records)  # one line per call, not one per text
+    assert first.startswith("8 of 12 texts had every rewrite rejected by the similarity and length filter (texts 1, "
+                            "2, 3, 6, 7, 9, 10, 11): the last non-empty changed candidate is served")
+    assert "1 of 12 texts have no words after the kept prefix (text 5)" in first
+    assert "(texts 1, 2, 3, 6, 7, 9, 10, 11): the original text is served instead" in second
+    with pytest.raises(ValueError, match="failed_rewrites='drop' must be one of serve, skip"):
+        obfuscate(texts, paraphraser, failed_rewrites="drop")
+
+
+def test_a_summary_names_the_first_texts_and_counts_the_rest():
+    results = [ObfuscationResult("x", "y", 4, True, "all 4 rewrites rejected")] * (NAMED_TEXTS + 3)
+    assert f"(texts {', '.join(map(str, range(NAMED_TEXTS)))} and 3 more)" in fallback_summary(results, "serve")
+    assert fallback_summary([ObfuscationResult("x", "y", 1, False)], "serve") is None
 
 
 def test_filter_settings_and_texts_are_validated():
@@ -192,7 +220,7 @@ def test_a_cached_fallback_is_logged_again(tmp_path, caplog):
         first = obfuscate([TEXT], paraphraser, cache=cache, retries=0)
         second = obfuscate([TEXT], paraphraser, cache=cache, retries=0)
     assert second == first and first[0].fallback and len(paraphraser.calls) == 1
-    assert [record.getMessage() for record in caplog.records] == [f"Text 0: {first[0].reason}."] * 2
+    assert [record.getMessage() for record in caplog.records] == [fallback_summary(first, "serve")] * 2
 
 
 # --- neighbour paraphraser ---------------------------------------------------------------------

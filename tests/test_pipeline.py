@@ -10,10 +10,11 @@ import pytest
 from privft.config import ConfigError, load_yaml, save_yaml, to_dict
 from privft.pipeline import CanarySettings, DataSettings, RunConfig, SoftSettings, check_output_dir, run_training
 from privft.training import FinetuneSettings, LoraSettings
+from privft.training_record import SoftRecord
 
 
 def test_default_config_round_trips_through_yaml(tmp_path):
-    config = RunConfig(soft=SoftSettings(rule="release", select_ratio=0.3),
+    config = RunConfig(soft=SoftSettings(rule="release", select_ratio=0.3, failed_rewrites="skip"),
                        training=FinetuneSettings(lora=LoraSettings(rank=4, targets=("q_proj",))))
     path = save_yaml(config, tmp_path / "run.yaml")
     assert load_yaml(RunConfig, path) == config
@@ -37,6 +38,7 @@ def test_config_errors_name_the_key(tmp_path):
     (tmp_path / "exponent.yaml").write_text("training:\n  learning_rate: 5e-5\n")  # YAML 1.1: a string
     assert load_yaml(RunConfig, tmp_path / "exponent.yaml").training.learning_rate == 5e-5
     for settings, key in (("soft:\n  rule: papr\n", "soft.rule='papr'"),  # refused before any paraphrasing
+                          ("soft:\n  failed_rewrites: drop\n", "soft.failed_rewrites='drop'"),
                           ("audit:\n  max_fprs: [0.01, 1.5]\n", "max_fprs"),  # before training, not after
                           (f"data:\n  n_non_members: 1\ntraining:\n  output_dir: {tmp_path / 'small'}\n", None)):
         (tmp_path / "early.yaml").write_text(settings)
@@ -78,7 +80,7 @@ def test_run_with_canaries_and_soft_trains_audits_and_saves(tiny_model_dir, loca
         training=FinetuneSettings(epochs=2, batch_size=8, max_length=128, output_dir=str(tmp_path / "run"),
                                   lora=LoraSettings(rank=4, alpha=8, targets=("q_proj", "v_proj"))),
         canaries=CanarySettings(n_canaries=2, copies=3, n_alternatives=50),
-        soft=SoftSettings(rule="paper", paraphraser="neighbour"),
+        soft=SoftSettings(rule="paper", paraphraser="neighbour", failed_rewrites="skip"),
     )
     result = run_training(config)
     run = tmp_path / "run"
@@ -90,8 +92,27 @@ def test_run_with_canaries_and_soft_trains_audits_and_saves(tiny_model_dir, loca
     assert len(result.soft_history) == 1  # one warm-up epoch, then a selection before epoch 2
     assert "Privacy audit (privft)" in (run / "model" / "README.md").read_text()
     served = result.soft_history[0]["n_served_changed"]  # how it was defended, stated where users look
+    markdown = (run / "report.md").read_text()
     assert (f"SOFT: paper rule; neighbour paraphraser ({tiny_model_dir}; fraction 1.0); rewrite-only, the first 50 % "
-            f"kept verbatim; {served} of 36 training samples served obfuscated") in (run / "report.md").read_text()
+            f"kept verbatim; {served} of 36 training samples served obfuscated") in markdown
+    obfuscations = json.loads((run / "obfuscations.json").read_text())
+    assert all(o["text"] == o["original"] for o in obfuscations if o["fallback"])  # skipped: served as written
+    assert result.soft_history[0]["n_served_failed_rewrites"] == 0
+    assert markdown.startswith(f"## Membership-inference audit: {run / 'model'} (fine-tuned from {tiny_model_dir})")
+    assert "The base model (adapters disabled) on the same texts: " in markdown
+
+
+def test_the_training_record_states_the_failed_rewrites_served_or_skipped():
+    settings = dict(rule="paper", paraphraser="neighbour", paraphraser_model=None, paraphraser_options={},
+                    mode="rewrite-only", prefix_keep_ratio=0.5, n_samples=46, n_selected=30, n_served_obfuscated=28,
+                    n_selections=2)
+    served = SoftRecord(**settings, failed_rewrites="serve", n_served_failed=12, n_skipped_failed=0).markdown()
+    assert served.endswith("28 of 46 training samples served obfuscated after the last of its 2 selections (30 "
+                           "selected). Of those, 12 were rewrites the similarity filter rejected (served anyway: "
+                           "failed_rewrites: serve).")
+    skipped = SoftRecord(**settings, failed_rewrites="skip", n_served_failed=0, n_skipped_failed=2).markdown()
+    assert skipped.endswith("(30 selected). 2 selected samples were served as written, every rewrite of theirs "
+                            "rejected by the similarity filter (failed_rewrites: skip).")
 
 
 def test_a_mapping_option_must_be_a_mapping_of_the_declared_types(tmp_path):

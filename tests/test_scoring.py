@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -125,8 +126,13 @@ def test_statistics_match_float64_on_hard_distributions():
     logp = torch.log_softmax(logits.double(), dim=-1)
     mu = (logp.exp() * logp).sum(-1)
     sigma = (logp.exp() * (logp - mu[:, None]) ** 2).sum(-1).sqrt()
-    target_logp, mean, std = scoring._statistics(logits.clone(), targets, torch.empty_like(logits))
-    loss_only = scoring._target_logprobs(logits.clone(), targets).logprob
+    # A linear head over one-hot hidden rows gives these logits back exactly, through the scorer's tiles and merge.
+    head = torch.nn.Linear(len(rows), logits.shape[1], bias=False)
+    head.weight.data = logits.T.contiguous()
+    hidden = torch.eye(len(rows))
+    workspace = scoring._HeadWorkspace.for_model(SimpleNamespace(get_output_embeddings=lambda: head))
+    target_logp, mean, std = scoring._head_statistics(head, hidden, targets, True, workspace)
+    loss_only = scoring._head_statistics(head, hidden, targets, False, workspace).logprob
     expected_target = logp.gather(1, targets[:, None]).squeeze(1)
     np.testing.assert_allclose(target_logp.double(), expected_target, atol=1e-5)
     np.testing.assert_allclose(loss_only.double(), expected_target, atol=1e-5)
@@ -135,7 +141,8 @@ def test_statistics_match_float64_on_hard_distributions():
 
 
 @pytest.mark.parametrize("head", ["with bias", "wrapped by LoRA"])
-def test_heads_other_than_a_bare_linear_give_exact_statistics(tiny_model, tokenizer, local_texts, head):
+def test_heads_other_than_a_bare_linear_give_exact_statistics(tiny_model, tokenizer, local_texts, head, monkeypatch):
+    monkeypatch.setattr(scoring, "HEAD_TILE_WIDTH", 100)  # eleven tiles of the 1,024-token vocabulary, one narrower
     model = copy.deepcopy(tiny_model)
     if head == "with bias":
         weight = model.lm_head.weight.detach().clone()
@@ -154,12 +161,11 @@ def test_heads_other_than_a_bare_linear_give_exact_statistics(tiny_model, tokeni
 def test_head_chunking_does_not_change_results(tiny_model, tokenizer, local_texts, monkeypatch):
     texts = _mixed_lengths(local_texts)[:4]
     whole = score_texts(tiny_model, tokenizer, texts)
-    monkeypatch.setattr(scoring, "HEAD_CHUNK_ELEMENTS", 1024 * 7)  # seven rows per head block
-    monkeypatch.setattr(scoring, "STATISTICS_CHUNK_ELEMENTS", 1024 * 3)  # three rows per statistics slice
-    monkeypatch.setattr(scoring, "MIN_STATISTICS_ROWS", 1)
+    monkeypatch.setattr(scoring, "HEAD_TILE_WIDTH", 100)  # eleven tiles of the 1,024-token vocabulary, one narrower
+    monkeypatch.setattr(scoring, "HEAD_TILE_ELEMENTS", 100 * 7)  # seven rows per block
     chunked = score_texts(tiny_model, tokenizer, texts)
     for a, b in zip(whole, chunked):
-        # fp32 head blocks of other shapes round differently: σ (a raw second moment) agrees to ~1e-5 relative
+        # fp32 head tiles of other shapes round differently: σ (a raw second moment) agrees to ~1e-5 relative
         np.testing.assert_allclose(a.std_logprob, b.std_logprob, rtol=2e-5, atol=1e-6)
         np.testing.assert_allclose(a.token_logprobs, b.token_logprobs, rtol=1e-5, atol=1e-5)
 

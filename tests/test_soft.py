@@ -431,6 +431,32 @@ def test_the_collator_receives_every_selected_paraphrase_as_the_trainer_tokenise
 
 
 
+def test_rewrites_that_failed_the_filter_are_counted_apart_served_or_skipped(tokenizer, texts, tmp_path):
+    train, obfuscated, _ = texts
+    failed = [i in (1, 4, 7, 10, 13) for i in range(N_TRAIN)]
+    skipped = (4, 13)  # failed_rewrites="skip": the original is served
+    served = [train[i] if i in skipped else text for i, text in enumerate(obfuscated)]
+    with pytest.warns(UserWarning, match="2 of 16 obfuscated texts equal their original"):
+        view, soft = prepare_soft(tokenizer, train, served, schedule=SoftSchedule(rule="all"), rewrite_failed=failed)
+    trainer = Trainer(model=build_tiny_llama(tokenizer), args=_args(tmp_path, epochs=1), train_dataset=view,
+                      data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False), processing_class=tokenizer,
+                      callbacks=[soft])
+    with pytest.warns(UserWarning, match="3 of the 14 samples served obfuscated are rewrites that failed"):
+        trainer.train()
+    (record,) = soft.history
+    counts = ("n_selected", "n_served_changed", "n_served_failed_rewrites", "n_skipped_failed_rewrites", "n_lost_swaps")
+    assert [record[key] for key in counts] == [16, 14, 3, 2, 0]
+    [logged] = [entry for entry in trainer.state.log_history if "soft/n_selected" in entry]
+    assert (logged["soft/n_served_failed_rewrites"], logged["soft/n_skipped_failed_rewrites"]) == (3, 2)
+    served_note, skipped_note = soft_report_notes(trainer.state.log_history)
+    assert served_note.startswith("SOFT: 3 of the 14 samples served obfuscated are rewrites that failed the similarity")
+    assert "soft.failed_rewrites: skip" in served_note
+    assert skipped_note.startswith("SOFT: 2 of the 16 selected samples are served as written")
+    assert soft.state()["args"]["rewrite_failed"] == failed  # a checkpoint rebuilds the callback with them
+    with pytest.raises(ValueError, match="rewrite_failed has 3 flags for 16 samples"):
+        prepare_soft(tokenizer, train, obfuscated, schedule=SoftSchedule(rule="all"), rewrite_failed=[True] * 3)
+
+
 def test_a_configuration_measured_as_ineffective_warns_where_it_is_configured():
     from privft.pipeline import SoftSettings
 

@@ -24,6 +24,7 @@ from privft.extraction import canary_extraction
 from privft.gate import Verdict
 from privft.io import atomic_write_text
 from privft.report import AuditReport
+from privft.scoring.render import RecordRendering, render_records, rendering_context
 
 CARD_START = "<!-- privft:privacy-audit:start -->"
 CARD_END = "<!-- privft:privacy-audit:end -->"
@@ -32,10 +33,17 @@ GATE_START = "<!-- privft:release-gate:start -->"
 GATE_END = "<!-- privft:release-gate:end -->"
 
 
+def fine_tuned_name(output_dir: str | Path, base: str | None) -> str:
+    """How a report names a fine-tune: where it is written, and the model it was fine-tuned from when known."""
+    return f"{output_dir} (fine-tuned from {base})" if base else str(output_dir)
+
+
 def headline_metrics(report: AuditReport) -> dict[str, float]:
     """Flat `privacy/...` numbers for the Trainer's logs: AUC and TPR per attack, perplexity, exposure."""
     logs = {"privacy/perplexity": report.perplexity.value,
             "privacy/blind_baseline_auc": report.blind_baseline.auc.auc}
+    if report.base_perplexity:
+        logs["privacy/base_perplexity"] = report.base_perplexity.perplexity.value
     for name, metrics in report.attacks.items():
         logs[f"privacy/{name}/auc"] = metrics.auc.auc
         for result in metrics.tpr_at_fpr:
@@ -112,7 +120,13 @@ class PrivacyAuditCallback(TrainerCallback):
     report as a single process's. Its headline numbers go into the Trainer's logs,
     the full report into `output_dir` (default `<args.output_dir>/privacy-audit`), and a
     privacy section into `<args.output_dir>/README.md`. Without a reference, a peft model is
-    compared with itself with adapters disabled. Pass `canary_callback` to add exposure.
+    compared with itself with adapters disabled. Pass `canary_callback` to add exposure. The
+    report names the model `model_name`, by default `args.output_dir` and the model it was
+    fine-tuned from.
+
+    A split of conversational records is scored as the trainer trains on them: `rendering`, else
+    the trainer's own args (`RecordRendering.from_args`: trl's `max_length`, `completion_only_loss`,
+    `assistant_only_loss`), with `config.scored` choosing completion, prompt or all tokens.
     """
 
     def __init__(
@@ -127,6 +141,7 @@ class PrivacyAuditCallback(TrainerCallback):
         output_dir: str | None = None,
         canary_callback: CanaryCallback | None = None,
         model_name: str | None = None,
+        rendering: RecordRendering | None = None,
     ) -> None:
         if every_n_epochs is not None and every_n_epochs < 1:
             raise ValueError(f"every_n_epochs must be a positive integer or None, got {every_n_epochs!r}.")
@@ -139,6 +154,7 @@ class PrivacyAuditCallback(TrainerCallback):
         self.output_dir = output_dir
         self.canary_callback = canary_callback
         self.model_name = model_name
+        self.rendering = rendering  # how conversational records are scored; None: from the trainer's own args
         self.reports: list[AuditReport] = []
         self.seconds = 0.0  # wall time spent auditing, so callers can report training time without it
 
@@ -147,12 +163,22 @@ class PrivacyAuditCallback(TrainerCallback):
         """The latest audit, or None before the first one."""
         return self.reports[-1] if self.reports else None
 
+    def _rendering(self, args: TrainingArguments) -> RecordRendering:
+        """The records' rendering: the one given, else the trainer's (its max_length, completion or assistant loss)."""
+        return self.rendering or RecordRendering.from_args(args, scored=self.config.scored)
+
     def _audit(self, args: TrainingArguments, state: TrainerState, model: PreTrainedModel, tag: str) -> None:
+        with rendering_context(self._rendering(args)):
+            self._audit_rendered(args, state, model, tag)
+
+    def _audit_rendered(self, args: TrainingArguments, state: TrainerState, model: PreTrainedModel, tag: str
+                        ) -> None:
         start = time.perf_counter()
         model = getattr(model, "module", model)  # unwrap DistributedDataParallel
+        name = self.model_name or fine_tuned_name(args.output_dir, getattr(model, "name_or_path", None))
         report = run_audit(model, self.tokenizer, self.split, reference=self.reference,
                            reference_tokenizer=self.reference_tokenizer, config=self.config,
-                           model_name=self.model_name, shard=True)  # None on ranks other than 0
+                           model_name=name, shard=True)  # None on ranks other than 0
         exposure = self.canary_callback.exposure_at(state, model) if self.canary_callback is not None else None
         if report is None:
             self.seconds += time.perf_counter() - start
@@ -183,6 +209,9 @@ class PrivacyAuditCallback(TrainerCallback):
         has_reference = self.reference is not None or is_peft_model(getattr(model, "module", model))
         same_tok = self.reference_tokenizer is None or same_tokenizer(self.tokenizer, self.reference_tokenizer)
         select_attacks(self.config, available_statistics(has_reference), same_tok)
+        if self.split.format != "text":  # a record the trainer cannot train on is refused now, not after training
+            texts, _ = self.split.labels_and_texts()
+            render_records(texts + self.split.validation, self.tokenizer, self._rendering(args))
 
     def on_epoch_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                      model: PreTrainedModel | None = None, **kwargs) -> None:

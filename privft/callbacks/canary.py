@@ -20,8 +20,10 @@ from transformers.trainer_callback import ExportableState
 from privft.attacks.exposure import CanaryExposure, summarize
 from privft.data.canaries import CanaryPlan
 from privft.data.pii import plan_from_dict
-from privft.extraction.canaries import template_prefix_length
-from privft.scoring import TokenStats, score_texts
+from privft.data.records import Record
+from privft.extraction.canaries import canary_rendering, template_prefix_length
+from privft.scoring import score_texts
+from privft.scoring.render import render_records, rendering_context
 
 LOG_PREFIX = "privacy/canary_"  # the namespace of privft's audit callback
 
@@ -37,11 +39,11 @@ def measure_exposure(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
     no rank or fit, only removes a constant (and batching noise). It needs no assumption
     about how the template's prefix and the secret tokenize at their boundary. `shard=True` shares
     the pass across the torch.distributed ranks (every rank calls it and gets every exposure).
+    Conversational canaries are scored as trained (`privft.scoring.render`, the rendering in force):
+    the reply's tokens given the prompt, or for a prompt-side canary the prompt's (`scored="prompt"`).
     """
-    texts = plan.canary_texts() + [plan.text_for(secret) for secret in plan.reference_secrets()]
-    stats = score_texts(model, tokenizer, texts, batch_size=batch_size, desc="canary exposure", distribution=False,
-                        shard=shard)
-    logps = _logps_after_shared_prefix(stats, tokenizer(texts, add_special_tokens=False)["input_ids"])
+    logps = _logps_after_shared_prefix(model, tokenizer, plan.candidates(), plan, batch_size=batch_size,
+                                       desc="canary exposure", shard=shard)
     references = logps[plan.n_canaries:]
     return [CanaryExposure.measure(secret, true_logp, references, plan.secret_space)
             for secret, true_logp in zip(plan.secrets, logps[:plan.n_canaries])]
@@ -53,14 +55,21 @@ def canary_logps(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, pla
 
     Inserted canaries and controls alike, in the order of `plan.secrets`: the one-run ε audit's scores.
     """
-    texts = plan.canary_texts()
-    stats = score_texts(model, tokenizer, texts, batch_size=batch_size, desc="canary scores", distribution=False)
-    return _logps_after_shared_prefix(stats, tokenizer(texts, add_special_tokens=False)["input_ids"])
+    records = [plan.record_for(secret) for secret in plan.secrets]
+    return _logps_after_shared_prefix(model, tokenizer, records, plan, batch_size=batch_size, desc="canary scores")
 
 
-def _logps_after_shared_prefix(stats: Sequence[TokenStats], token_ids: Sequence[Sequence[int]]) -> np.ndarray:
-    """Each text's summed token log-probabilities after the token prefix common to all texts."""
-    shared = template_prefix_length(token_ids)
+def _logps_after_shared_prefix(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, records: Sequence[Record],
+                               plan: CanaryPlan, *, batch_size: int, desc: str, shard: bool = False) -> np.ndarray:
+    """Each record's summed log-probabilities of its scored tokens after the scored prefix common to all of them.
+
+    A text's scored tokens are all its tokens; a conversational canary's are those `canary_rendering(plan)` scores.
+    """
+    with rendering_context(canary_rendering(plan)):
+        stats = score_texts(model, tokenizer, records, batch_size=batch_size, desc=desc, distribution=False,
+                            shard=shard)
+        scored_ids = [[r.input_ids[t] for t in r.scored] for r in render_records(records, tokenizer)]
+    shared = template_prefix_length(scored_ids)
     return np.array([s.token_logprobs[shared:].astype(np.float64).sum() for s in stats])
 
 

@@ -27,13 +27,14 @@ from transformers import (
 from transformers.integrations import is_deepspeed_zero3_enabled
 from transformers.trainer_callback import ExportableState
 
-from privft.data.loaders import check_texts
+from privft.data.records import Record, check_records
 from privft.defend.distributed import on_main_then_broadcast
 from privft.defend.losses import TrainingPassLosses, sample_losses
 from privft.defend.rules import RULES, get_rule
 from privft.defend.schedule import SoftSchedule
 from privft.defend.selection import mean_losses, update_mask
 from privft.defend.view import ObfuscatedView
+from privft.scoring.render import RecordRendering, record_rendering, rendering_context
 from privft.training import tokenize_for_training
 
 LOG_PREFIX = "soft/"
@@ -52,13 +53,28 @@ def lost_swap_warning(n_lost: int, n_selected: int) -> str:
             "Lower prefix_keep_ratio, raise the trainer's max_length, or use mode='rewrite-only'.")
 
 
+def selection_warnings(record: Mapping[str, Any]) -> list[str]:
+    """A selection's warnings: swaps lost to truncation, and selected samples whose every rewrite failed the filter."""
+    found = [lost_swap_warning(record["n_lost_swaps"], record["n_selected"])] if record.get("n_lost_swaps") else []
+    if record.get("n_served_failed_rewrites"):
+        found.append(f"{record['n_served_failed_rewrites']} of the {record['n_served_changed']} samples served "
+                     "obfuscated are rewrites that failed the similarity filter (every try rejected; the last changed "
+                     "candidate is served, often word salad). To serve their originals instead, set soft."
+                     "failed_rewrites: skip (privft train) or obfuscate(..., failed_rewrites='skip').")
+    if record.get("n_skipped_failed_rewrites"):
+        found.append(f"{record['n_skipped_failed_rewrites']} of the {record['n_selected']} selected samples are "
+                     "served as written: every rewrite of theirs failed the similarity filter, and the original was "
+                     "kept (failed_rewrites='skip', or no candidate changed a word). They are not protected.")
+    return found
+
+
 def soft_report_notes(log_history: Sequence[dict[str, Any]]) -> list[str]:
-    """Report warnings from SOFT's latest logged selection: the swaps truncation emptied, if any."""
+    """Report warnings from SOFT's latest logged selection: emptied swaps, rewrites that failed the filter."""
     selections = [entry for entry in log_history if LOG_PREFIX + "n_selected" in entry]
-    if not selections or not selections[-1].get(LOG_PREFIX + "n_lost_swaps"):
+    if not selections:
         return []
-    latest = selections[-1]
-    return [f"SOFT: {lost_swap_warning(latest[LOG_PREFIX + 'n_lost_swaps'], latest[LOG_PREFIX + 'n_selected'])}"]
+    latest = {key.removeprefix(LOG_PREFIX): value for key, value in selections[-1].items()}
+    return [f"SOFT: {warning}" for warning in selection_warnings(latest)]
 
 
 class SelectiveObfuscationCallback(TrainerCallback, ExportableState):
@@ -88,6 +104,9 @@ class SelectiveObfuscationCallback(TrainerCallback, ExportableState):
     dataset with ``map``/``remove_columns``, as trl's `SFTTrainer` does, serves a view derived
     from the one given, sharing its mask) and compares the two versions there, in tokens: a
     selected sample whose served tokens equal its original's is not counted as obfuscated.
+    Given `rewrite_failed` (per sample: every rewrite was rejected by the similarity filter), it
+    counts the selected samples served such a rewrite (``soft/n_served_failed_rewrites``) and
+    those served as written for that reason (``soft/n_skipped_failed_rewrites``) apart, and warns.
     Each selection is appended to ``state.log_history`` (``soft/n_selected``,
     ``soft/n_served_changed``, ``soft/tau``, ``soft/n_scored``, mean losses) and to `history`
     (which also lists the ``selected`` indices).
@@ -105,12 +124,17 @@ class SelectiveObfuscationCallback(TrainerCallback, ExportableState):
         tokenizer: PreTrainedTokenizerBase | None = None,
         *,
         schedule: SoftSchedule | Mapping[str, Any] | None = None,
-        validation_texts: Sequence[str] | None = None,
+        validation_texts: Sequence[Record] | None = None,
         batch_size: int = 8,
         max_length: int | None = None,
+        rendering: RecordRendering | Mapping[str, Any] | None = None,
+        rewrite_failed: Sequence[bool] | None = None,
     ) -> None:
         if isinstance(schedule, Mapping):  # as a checkpoint stores it
             schedule = SoftSchedule(**schedule)
+        if isinstance(rendering, Mapping):
+            rendering = RecordRendering(**rendering)
+        self.rendering = rendering  # how conversational records are scored; None: from the trainer's args
         self.schedule = schedule = schedule or SoftSchedule()
         rule = schedule.rule
         self.selection_rule = get_rule(rule)(select_ratio=schedule.select_ratio)
@@ -118,7 +142,7 @@ class SelectiveObfuscationCallback(TrainerCallback, ExportableState):
             if not validation_texts:
                 raise ValueError(f"rule={rule!r} needs validation_texts: held-out texts (never trained on) whose mean "
                                  "loss is the selection threshold τ.")
-            validation_texts = check_texts(validation_texts, "validation_texts")
+            validation_texts = check_records(validation_texts, "validation_texts")
         elif validation_texts:
             readers = sorted(name for name, registered in RULES.items() if registered.needs_validation)
             raise ValueError(f"rule={rule!r} does not use validation_texts; drop them or use a rule that reads them "
@@ -129,6 +153,10 @@ class SelectiveObfuscationCallback(TrainerCallback, ExportableState):
             raise ValueError(f"batch_size={batch_size!r} must be a positive integer (texts per scoring batch).")
         if view is not None and not isinstance(view, ObfuscatedView):
             raise TypeError(f"view must be an ObfuscatedView, got {type(view).__name__}.")
+        if rewrite_failed is not None and view is not None and len(rewrite_failed) != len(view):
+            raise ValueError(f"rewrite_failed has {len(rewrite_failed)} flags for {len(view)} samples: give one per "
+                             "sample (ObfuscationResult.failed_filter), in the same order.")
+        self.rewrite_failed = None if rewrite_failed is None else np.asarray(rewrite_failed, dtype=bool)
         self.view = view
         self.tokenizer = tokenizer
         self.validation_texts = validation_texts
@@ -149,6 +177,8 @@ class SelectiveObfuscationCallback(TrainerCallback, ExportableState):
                 "validation_texts": self.validation_texts,
                 "batch_size": self.batch_size,
                 "max_length": self.max_length,
+                "rendering": None if self.rendering is None else asdict(self.rendering),
+                "rewrite_failed": None if self.rewrite_failed is None else self.rewrite_failed.tolist(),
             },
             "attributes": {
                 "mask": None if self.mask is None else np.asarray(self.mask, dtype=bool).tolist(),
@@ -187,7 +217,8 @@ class SelectiveObfuscationCallback(TrainerCallback, ExportableState):
             if not served_ids:
                 raise ValueError("loss_source='training' recognises samples by their served token ids, but the "
                                  f"served view has no 'input_ids' column ({self.view.column_names}).")
-            self._training_losses = TrainingPassLosses(self.view.original["input_ids"])
+            self._training_losses = TrainingPassLosses(self.view.original["input_ids"],
+                                                       masked="labels" in self.view.column_names)
             if self.training_pass_losses is not None:  # resumed: what the interrupted run had recorded (None: NaN)
                 self._training_losses.losses[:] = np.array(self.training_pass_losses, dtype=float)
             self._training_losses.attach(model)
@@ -206,13 +237,14 @@ class SelectiveObfuscationCallback(TrainerCallback, ExportableState):
         epoch = _epoch_index(state.epoch)
         if epoch < self.warmup_epochs or (self.history and self.history[-1]["epoch"] == epoch):
             return  # still warming up, or resumed mid-epoch: keep the mask this epoch started with
-        read = self._read(model)  # every rank scores its share of the texts
+        with rendering_context(self.rendering or RecordRendering.from_args(args)):
+            read = self._read(model)  # every rank scores its share of the texts
         mask, record = on_main_then_broadcast(lambda: self._select(epoch, state.global_step, *read))
         self.mask = mask
         self.view.set_mask(mask)
         self.history.append(record)
-        if record["n_lost_swaps"]:
-            warnings.warn(lost_swap_warning(record["n_lost_swaps"], record["n_selected"]), stacklevel=2)
+        for warning in selection_warnings(record):
+            warnings.warn(warning, stacklevel=2)
         logged = {LOG_PREFIX + key: value for key, value in record.items()
                   if key not in ("epoch", "step", "rule", "loss_source", "selected") and value is not None}
         state.log_history.append({**logged, "epoch": state.epoch, "step": state.global_step})
@@ -274,10 +306,13 @@ class SelectiveObfuscationCallback(TrainerCallback, ExportableState):
         mask = update_mask(self.mask, new, cumulative=self.schedule.cumulative)
         selected, unselected = mean_losses(losses, mask[open_indices]) if reads else (None, None)
         changed = np.ones(mask.size, dtype=bool) if self.changed is None else self.changed
+        failed = np.zeros(mask.size, dtype=bool) if self.rewrite_failed is None else self.rewrite_failed
         record = {"epoch": epoch, "step": step, "rule": self.schedule.rule, "loss_source": self.schedule.loss_source,
                   "tau": tau,
                   "n_selected": int(mask.sum()), "n_served_changed": int((mask & changed).sum()),
-                  "n_lost_swaps": int((mask & ~changed).sum()), "n_total": int(mask.size),
+                  "n_served_failed_rewrites": int((mask & changed & failed).sum()),
+                  "n_skipped_failed_rewrites": int((mask & ~changed & failed).sum()),
+                  "n_lost_swaps": int((mask & ~changed & ~failed).sum()), "n_total": int(mask.size),
                   "n_scored": int(open_indices.size) if reads else 0, "n_scored_eval": n_eval,
                   "mean_loss_selected": selected, "mean_loss_unselected": unselected,
                   "selected": np.flatnonzero(mask).tolist()}  # which samples: kept in `history`, not logged
@@ -286,14 +321,16 @@ class SelectiveObfuscationCallback(TrainerCallback, ExportableState):
 
 def prepare_soft(
     tokenizer: PreTrainedTokenizerBase,
-    train_texts: Sequence[str],
-    obfuscated_texts: Sequence[str],
-    validation_texts: Sequence[str] | None = None,
+    train_texts: Sequence[Record],
+    obfuscated_texts: Sequence[Record],
+    validation_texts: Sequence[Record] | None = None,
     *,
     schedule: SoftSchedule | None = None,
     max_length: int | None = None,
     batch_size: int = 8,
     score_max_length: int | None = None,
+    rendering: RecordRendering | None = None,
+    rewrite_failed: Sequence[bool] | None = None,
 ) -> tuple[ObfuscatedView, SelectiveObfuscationCallback]:
     """The training view (a `datasets.Dataset`) and its SOFT callback; `obfuscated_texts[i]` replaces `train_texts[i]`.
 
@@ -301,15 +338,23 @@ def prepare_soft(
     for a plain `Trainer`, which does not truncate; leave it None with trl's `SFTTrainer`, whose
     own ``max_length`` then applies to both. `score_max_length` is the selection's scoring
     window (give the audit's, so both read the same losses); `schedule` (default: the paper rule)
-    and `batch_size` are `SelectiveObfuscationCallback`'s. Typical use (Trainer or SFTTrainer alike)::
+    and `batch_size` are `SelectiveObfuscationCallback`'s. `rewrite_failed` (per sample,
+    ``ObfuscationResult.failed_filter``) lets the callback count the selected samples whose every
+    rewrite the similarity filter rejected. Typical use (Trainer or SFTTrainer alike)::
 
         view, soft = prepare_soft(tokenizer, train_texts, [r.text for r in obfuscations], validation_texts)
         trainer = SFTTrainer(model, args=SFTConfig(max_length=256, ...), train_dataset=view,
                              processing_class=tokenizer, callbacks=[soft])
         trainer.train()
+
+    Conversational records (`privft.data.records`; `obfuscate` rewrites only their replies) are
+    served as trl renders them, ids and ``labels`` masking the untrained tokens, under `rendering`
+    (give ``RecordRendering.from_args(sft_config)``; default trl's defaults): SFTTrainer takes the
+    view as already tokenized, and its completion-only or assistant-only loss applies to the
+    rewritten reply. The callback scores the records under the same rendering.
     """
-    train_texts = check_texts(train_texts, "train_texts")
-    obfuscated_texts = check_texts(obfuscated_texts, "obfuscated_texts")
+    train_texts = check_records(train_texts, "train_texts")
+    obfuscated_texts = check_records(obfuscated_texts, "obfuscated_texts")
     if len(train_texts) != len(obfuscated_texts):
         raise ValueError(f"train_texts ({len(train_texts)}) and obfuscated_texts ({len(obfuscated_texts)}) must pair "
                          "up one to one, in the same order.")
@@ -317,9 +362,10 @@ def prepare_soft(
     if unchanged:
         warnings.warn(f"{unchanged} of {len(train_texts)} obfuscated texts equal their original; selecting them "
                       "protects nothing.", stacklevel=2)
-    view = ObfuscatedView(tokenize_for_training(tokenizer, train_texts, max_length),
-                          tokenize_for_training(tokenizer, obfuscated_texts, max_length), train_texts)
+    with rendering_context(rendering or record_rendering()):
+        view = ObfuscatedView(tokenize_for_training(tokenizer, train_texts, max_length),
+                              tokenize_for_training(tokenizer, obfuscated_texts, max_length), train_texts)
     callback = SelectiveObfuscationCallback(
         view, tokenizer, schedule=schedule, validation_texts=validation_texts, batch_size=batch_size,
-        max_length=score_max_length)
+        max_length=score_max_length, rendering=rendering, rewrite_failed=rewrite_failed)
     return view, callback

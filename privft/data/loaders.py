@@ -1,4 +1,4 @@
-"""Load a list of texts from files, `datasets.Dataset` objects or Python lists."""
+"""Load texts or records (`privft.data.records`) from files, `datasets.Dataset` objects or Python lists."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from privft.data.errors import DataError, MissingColumnError
+from privft.data.records import FORMATS, Record, check_records, record_format
 
 PREVIEW_CHARS = 60
 
@@ -29,6 +30,57 @@ def load_texts(source: Any, text_column: str = "text") -> list[str]:
         f"{_extensions()} file, a datasets.Dataset (pick a split of a DatasetDict, "
         "e.g. ds['train']) or a list of strings"
     )
+
+
+def load_records(source: Any, text_column: str = "text", format: str = "auto") -> list[Record]:
+    """The records of a file, a `datasets.Dataset` or a list: texts, prompt–completion or messages records.
+
+    Under `format="auto"` a row with 'messages', or with 'prompt' and 'completion', is a record of that
+    format (its other keys dropped), and any other row is a text read from `text_column`; every row must
+    then have the first row's format. CSV holds texts or string prompt–completion pairs.
+    """
+    if format != "auto" and format not in FORMATS:
+        raise DataError(f"format={format!r} is not one of {('auto', *FORMATS)}; leave it 'auto' to detect it")
+    if isinstance(source, (str, os.PathLike)):
+        rows, where = _rows_of_file(Path(source)), str(source)
+    elif _is_dataset(source):
+        rows, where = source.to_list(), f"datasets.Dataset with {source.num_rows} rows"
+    elif isinstance(source, (list, tuple)):
+        rows, where = list(source), "the given list"
+    else:
+        raise DataError(f"cannot load records from a {type(source).__name__}; pass a path to a {_extensions()} "
+                        "file, a datasets.Dataset (pick a split of a DatasetDict) or a list of strings or records")
+    if format == "text" or (format == "auto" and rows and record_format(_as_record(rows[0])) in (None, "text")):
+        return [_text_of(row, text_column, f"{where}, row {i}") for i, row in enumerate(rows)]
+    return check_records([_as_record(row) for row in rows], where, format)
+
+
+def _as_record(row: Any) -> Any:
+    """A row reduced to its format's keys ('messages', or 'prompt' and 'completion'); other rows as they are."""
+    fmt = record_format(row)
+    if fmt == "messages":
+        return {"messages": row["messages"]}
+    if fmt == "prompt_completion":
+        return {"prompt": row["prompt"], "completion": row["completion"]}
+    return row
+
+
+def _rows_of_file(path: Path) -> list[Any]:
+    """The rows of a file as JSON values (CSV and Parquet rows as dicts)."""
+    suffix = path.suffix.lower()
+    if suffix not in _READERS:
+        raise DataError(f"{path}: unknown file extension {path.suffix!r}; use one of {_extensions()}")
+    if not path.is_file():
+        raise DataError(f"{path}: no such file; check the path")
+    if suffix in (".jsonl", ".ndjson"):
+        return _jsonl_rows(path)
+    if suffix == ".json":
+        return _json_rows(path)
+    if suffix == ".csv":
+        return list(csv.DictReader(io.StringIO(_decode(path), newline="")))
+    import pyarrow.parquet as pq
+
+    return pq.read_table(path).to_pylist()
 
 
 def check_texts(values: Sequence[Any], source: str, text_column: str | None = None) -> list[str]:
@@ -66,23 +118,38 @@ def _load_file(path: Path, text_column: str) -> list[str]:
 
 def _read_jsonl(path: Path, text_column: str) -> list[str]:
     """Read one JSON object (or string) per non-blank line (lines end at \\n; U+2028 inside a string is text)."""
-    texts: list[str] = []
+    numbered = _jsonl_numbered_rows(path)
+    return [_text_of(row, text_column, f"{path}, row {i} (line {line_no})") for i, (line_no, row) in enumerate(numbered)]
+
+
+def _jsonl_rows(path: Path) -> list[Any]:
+    """The JSON value of each non-blank line."""
+    return [row for _, row in _jsonl_numbered_rows(path)]
+
+
+def _jsonl_numbered_rows(path: Path) -> list[tuple[int, Any]]:
+    """(line number, JSON value) of each non-blank line, refusing a line that is not JSON."""
+    rows: list[tuple[int, Any]] = []
     for line_no, line in enumerate(_decode(path).split("\n"), start=1):
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            rows.append((line_no, json.loads(line)))
         except json.JSONDecodeError as err:
             raise DataError(
                 f"{path}, line {line_no}: not valid JSON ({err.msg}); "
                 "write one JSON object per line"
             ) from err
-        texts.append(_text_of(row, text_column, f"{path}, row {len(texts)} (line {line_no})"))
-    return texts
+    return rows
 
 
 def _read_json(path: Path, text_column: str) -> list[str]:
     """Read a JSON list of objects or strings."""
+    return [_text_of(row, text_column, f"{path}, row {i}") for i, row in enumerate(_json_rows(path))]
+
+
+def _json_rows(path: Path) -> list[Any]:
+    """The rows of a JSON file holding a list."""
     try:
         rows = json.loads(_decode(path))
     except json.JSONDecodeError as err:
@@ -95,7 +162,7 @@ def _read_json(path: Path, text_column: str) -> list[str]:
             f"{path}: expected a JSON list of objects or strings, got a {type(rows).__name__}; "
             "wrap the records in a list or save them as JSONL"
         )
-    return [_text_of(row, text_column, f"{path}, row {i}") for i, row in enumerate(rows)]
+    return rows
 
 
 def _read_csv(path: Path, text_column: str) -> list[str]:

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from privft.data.errors import DataError
-from privft.data.loaders import check_texts
+from privft.data.records import Record, check_records, record_content, record_format, record_json
 from privft.data.overlap import (
     NEAR_DUPLICATE_THRESHOLD,
     NGRAM_WORDS,
@@ -39,11 +39,16 @@ def text_identity(text: str) -> str:
     return " ".join(unicodedata.normalize("NFC", text).split())
 
 
-def distinct_texts(texts: Sequence[str]) -> list[str]:
-    """`texts` less each text equal to an earlier one up to Unicode form and spacing (`text_identity`)."""
-    first: dict[str, str] = {}
+def record_identity(record: Record) -> str:
+    """The key under which two records count as the same: the `text_identity` of their content."""
+    return text_identity(record_content(record))
+
+
+def distinct_texts(texts: Sequence[Record]) -> list[Record]:
+    """`texts` less each record equal to an earlier one up to Unicode form and spacing (`record_identity`)."""
+    first: dict[str, Record] = {}
     for text in texts:
-        first.setdefault(text_identity(text), text)
+        first.setdefault(record_identity(text), text)
     return list(first.values())
 
 
@@ -62,17 +67,18 @@ class NearDuplicate(NamedTuple):
 
 @dataclass(repr=False)
 class MembershipSplit:
-    """Members (trained on), non-members (held out) and validation texts for a membership audit.
+    """Members (trained on), non-members (held out) and validation records for a membership audit.
 
-    Every construction path is validated: the texts must be non-blank strings, members and
-    non-members non-empty, and no text may sit on two sides. Non-member or validation texts whose
+    A side holds texts or conversational records (`privft.data.records`), one format for the whole
+    split. Every construction path is validated: the records must be well formed, members and
+    non-members non-empty, and no record may sit on two sides (compared by content). Non-member or validation texts whose
     word 13-grams are at least `near_duplicate_threshold` (default 0.8, the MIMIR filter) found in
     the members are listed in `near_duplicates` and reported with a `NearDuplicateWarning`.
     """
 
-    members: list[str]
-    non_members: list[str]
-    validation: list[str] = field(default_factory=list)
+    members: list[Record]
+    non_members: list[Record]
+    validation: list[Record] = field(default_factory=list)
     seed: int | None = None
     source: str = "custom"
     near_duplicate_threshold: float = NEAR_DUPLICATE_THRESHOLD
@@ -80,8 +86,10 @@ class MembershipSplit:
 
     def __post_init__(self) -> None:
         """Check the texts and flag near-duplicates across sides."""
+        first = next((r for side in SIDES for r in getattr(self, side)), None)
+        fmt = record_format(first) or "auto"  # every side takes the format of the split's first record
         for side in SIDES:
-            setattr(self, side, check_texts(list(getattr(self, side)), self._where(side)))
+            setattr(self, side, check_records(list(getattr(self, side)), self._where(side), fmt))
         self._check_settings()
         self._check_disjoint()
         self.near_duplicates = self._find_near_duplicates()
@@ -91,7 +99,7 @@ class MembershipSplit:
     @classmethod
     def random(
         cls,
-        texts: Sequence[str],
+        texts: Sequence[Record],
         *,
         n_members: int,
         n_non_members: int,
@@ -100,8 +108,8 @@ class MembershipSplit:
         source: str = "custom",
         near_duplicate_threshold: float = NEAR_DUPLICATE_THRESHOLD,
     ) -> MembershipSplit:
-        """Draw disjoint sides uniformly at random (numpy `default_rng(seed)`) from `texts`."""
-        pool = distinct_texts(check_texts(list(texts), f"{source} texts"))  # the first of texts equal up to spacing
+        """Draw disjoint sides uniformly at random (numpy `default_rng(seed)`) from `texts` (texts or records)."""
+        pool = distinct_texts(check_records(list(texts), f"{source} texts"))  # the first of texts equal up to spacing
         sizes = {
             "n_members": n_members,
             "n_non_members": n_non_members,
@@ -123,15 +131,15 @@ class MembershipSplit:
     @classmethod
     def from_texts(
         cls,
-        members: Iterable[str],
-        non_members: Iterable[str],
-        validation: Iterable[str] = (),
+        members: Iterable[Record],
+        non_members: Iterable[Record],
+        validation: Iterable[Record] = (),
         *,
         seed: int | None = None,
         source: str = "custom",
         near_duplicate_threshold: float = NEAR_DUPLICATE_THRESHOLD,
     ) -> MembershipSplit:
-        """Build a split from sides the user chose."""
+        """Build a split from sides the user chose (texts or records; `from_records` is the same)."""
         return cls(
             list(members),
             list(non_members),
@@ -141,7 +149,14 @@ class MembershipSplit:
             near_duplicate_threshold=near_duplicate_threshold,
         )
 
-    def labels_and_texts(self) -> tuple[list[str], np.ndarray]:
+    from_records = from_texts
+
+    @property
+    def format(self) -> str:
+        """The split's record format: "text", "prompt_completion" or "messages" (`privft.data.records`)."""
+        return record_format(self.members[0]) or "text"
+
+    def labels_and_texts(self) -> tuple[list[Record], np.ndarray]:
         """Return members then non-members with labels 1 (member) and 0; validation is left out."""
         labels = np.concatenate([np.ones(len(self.members)), np.zeros(len(self.non_members))])
         return self.members + self.non_members, labels.astype(np.int64)
@@ -162,8 +177,7 @@ class MembershipSplit:
         }
         for side in SIDES:
             manifest[side] = [
-                {"id": record_id(side, i), "sha256": text_sha256(text), "text": text}
-                for i, text in enumerate(getattr(self, side))
+                _manifest_entry(record_id(side, i), record) for i, record in enumerate(getattr(self, side))
             ]
         return manifest
 
@@ -230,7 +244,7 @@ class MembershipSplit:
         repeats: list[tuple[str, int, str, int]] = []
         for side in SIDES:
             for j, text in enumerate(getattr(self, side)):
-                key = text_identity(text)
+                key = record_identity(text)
                 if key in first_seen:
                     repeats.append((*first_seen[key], side, j))
                 else:
@@ -239,11 +253,12 @@ class MembershipSplit:
 
     def _find_near_duplicates(self) -> list[NearDuplicate]:
         """Find non-member and validation texts whose 13-grams are mostly found in the members."""
-        index = index_members(self.members)
+        index = index_members([record_content(r) for r in self.members])
         return [
             NearDuplicate(side, *hit)
             for side in ("non_members", "validation")
-            for hit in near_duplicates(index, getattr(self, side), self.near_duplicate_threshold)
+            for hit in near_duplicates(index, [record_content(r) for r in getattr(self, side)],
+                                       self.near_duplicate_threshold)
         ]
 
     @property
@@ -269,9 +284,14 @@ def record_id(side: str, index: int) -> str:
     return f"{ID_PREFIXES[side]}-{index:05d}"
 
 
-def text_sha256(text: str) -> str:
-    """Return the hex sha256 of `text` encoded as UTF-8."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+def text_sha256(text: Record) -> str:
+    """Return the hex sha256 of `text` encoded as UTF-8; of a record, of its canonical JSON (`record_json`)."""
+    return hashlib.sha256((text if isinstance(text, str) else record_json(text)).encode("utf-8")).hexdigest()
+
+
+def _manifest_entry(entry_id: str, record: Record) -> dict[str, Any]:
+    """One manifest entry: id, sha256 and the text, or the record under "record"."""
+    return {"id": entry_id, "sha256": text_sha256(record), ("text" if isinstance(record, str) else "record"): record}
 
 
 def _check_sizes(sizes: dict[str, int], available: int, source: str) -> None:
@@ -307,7 +327,7 @@ def _read_manifest(path: Path) -> dict[str, Any]:
     return manifest
 
 
-def _verified_texts(manifest: dict[str, Any], side: str, path: Path) -> list[str]:
+def _verified_texts(manifest: dict[str, Any], side: str, path: Path) -> list[Record]:
     """Return one side's texts after checking ids, sha256 digests and the recorded count."""
     records = manifest.get(side, [])
     expected = manifest.get("counts", {}).get(side)
@@ -323,8 +343,8 @@ def _verified_texts(manifest: dict[str, Any], side: str, path: Path) -> list[str
             raise DataError(
                 f"{path}: {side} record {i} should have id {want_id!r}; re-create the manifest"
             )
-        text = record.get("text")
-        if not isinstance(text, str) or text_sha256(text) != record.get("sha256"):
+        text = record.get("text", record.get("record"))
+        if not isinstance(text, (str, dict)) or text_sha256(text) != record.get("sha256"):
             raise DataError(
                 f"{path}: record {want_id} does not match its sha256 (the text was edited); "
                 "restore the original text or re-create the split and save() it"
@@ -341,6 +361,7 @@ def _user_stacklevel() -> int:
     return level
 
 
-def _preview(text: str) -> str:
-    """Return a truncated repr of `text` for an error message."""
+def _preview(text: Record) -> str:
+    """Return a truncated repr of a record's content for an error message."""
+    text = record_content(text)
     return repr(text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 3] + "...")

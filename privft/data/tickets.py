@@ -242,7 +242,7 @@ def _customers(rng: np.random.Generator, n_tickets: int) -> list[_Customer]:
         name = _unusual_name(rng, unusual_names) if unusual else PII_FORMATS["name"].draw(rng)
         if unusual:
             unusual_names.add(name)
-        address = f"{rng.integers(2, 400)} {_pick(rng, STREETS)}, {_pick(rng, CITIES)}"
+        address = f"{rng.integers(2, 400)} {pick(rng, STREETS)}, {pick(rng, CITIES)}"
         found.append(_Customer(name, email_for(name, rng), PII_FORMATS["phone"].draw(rng), address, bool(unusual)))
     return found
 
@@ -250,7 +250,7 @@ def _customers(rng: np.random.Generator, n_tickets: int) -> list[_Customer]:
 def _unusual_name(rng: np.random.Generator, taken: set[str]) -> str:
     """A rare first name and surname that no customer has yet (`MAX_SIZE` leaves enough of them)."""
     while True:
-        name = f"{_pick(rng, UNUSUAL_FIRST_NAMES)} {_pick(rng, UNUSUAL_LAST_NAMES)}"
+        name = f"{pick(rng, UNUSUAL_FIRST_NAMES)} {pick(rng, UNUSUAL_LAST_NAMES)}"
         if name not in taken:
             return name
 
@@ -258,26 +258,26 @@ def _unusual_name(rng: np.random.Generator, taken: set[str]) -> str:
 def _ticket(rng: np.random.Generator, customer: _Customer, month: str, about_launch: bool) -> Ticket:
     """One ticket: a header with the customer's name and email, a greeting, the issue, contact lines, a sign-off."""
     issues = LAUNCH_ISSUES if about_launch else ISSUES
-    issue = _pick(rng, tuple(issues))
+    issue = pick(rng, tuple(issues))
     subjects, bodies = issues[issue]
-    product = _pick(rng, tuple(PRODUCTS))
+    product = pick(rng, tuple(PRODUCTS))
     slots = {
         "name": customer.name, "first": customer.name.split()[0], "email": customer.email,
         "phone": customer.phone, "address": customer.address, "product": product,
         "order": f"NB-{rng.integers(10**6, 10**7)}",
         "amount": LAUNCH_PRICE if issue in ("bundle", "pre-order") and rng.random() < 0.5 else PRODUCTS[product],
-        "days": str(rng.integers(3, 22)), "months": str(rng.integers(2, 23)), "colour": _pick(rng, COLOURS),
+        "days": str(rng.integers(3, 22)), "months": str(rng.integers(2, 23)), "colour": pick(rng, COLOURS),
         "card4": PII_FORMATS["card"].draw(rng)[-4:], "account": PII_FORMATS["account"].draw(rng),
     }
-    body = [_pick(rng, bodies)]
+    body = [pick(rng, bodies)]
     if "{order}" not in body[0]:
-        body.append(_pick(rng, ORDER_LINES))
+        body.append(pick(rng, ORDER_LINES))
     if rng.random() < 0.35:
-        body.append(_pick(rng, ADDRESS_LINES))
+        body.append(pick(rng, ADDRESS_LINES))
     if rng.random() < 0.35:
-        body.append(_pick(rng, CONTACT_LINES))
-    text = "\n".join(["From: {name} <{email}>", f"Subject: {_pick(rng, subjects)}", _pick(rng, GREETINGS),
-                      " ".join(body), _pick(rng, SIGN_OFFS)])
+        body.append(pick(rng, CONTACT_LINES))
+    text = "\n".join(["From: {name} <{email}>", f"Subject: {pick(rng, subjects)}", pick(rng, GREETINGS),
+                      " ".join(body), pick(rng, SIGN_OFFS)])
     return Ticket(text.format(**slots), month, issue, customer.name, customer.email, slots["order"],
                   customer.unusual, launch=about_launch)
 
@@ -289,8 +289,9 @@ def _near_duplicates(rng: np.random.Generator, originals: list[Ticket]) -> list[
     for group, index in enumerate(sorted(chosen)):
         ticket = originals[index]
         groups = rng.choice(len(FOLLOW_UP_SENTENCES), size=2, replace=False)
-        follow_up = " ".join([FOLLOW_UP_OPENING, *(_pick(rng, FOLLOW_UP_SENTENCES[g]) for g in groups)]).format(
-            days=rng.integers(5, 15), product=_product_of(ticket), years=rng.integers(2, 9), count=rng.integers(3, 12))
+        follow_up = " ".join([FOLLOW_UP_OPENING, *(pick(rng, FOLLOW_UP_SENTENCES[g]) for g in groups)]).format(
+            days=rng.integers(5, 15), product=named_product(ticket.text) or "Nimbra Hub", years=rng.integers(2, 9),
+            count=rng.integers(3, 12))
         body, _, sign_off = ticket.text.rpartition("\n")
         long = Ticket(f"{body} {follow_up}\n{sign_off}", ticket.month, ticket.issue, ticket.customer,
                       ticket.email, ticket.order, ticket.unusual_name, duplicate_group=group)
@@ -307,9 +308,9 @@ def _near_duplicates(rng: np.random.Generator, originals: list[Ticket]) -> list[
     return copies
 
 
-def _product_of(ticket: Ticket) -> str:
-    """The product a ticket names (the first one found), or the hub."""
-    return next((p for p in PRODUCTS if p in ticket.text), "Nimbra Hub")
+def named_product(text: str) -> str | None:
+    """The product a ticket's text names (the first of `PRODUCTS` found), or None if it names none."""
+    return next((p for p in PRODUCTS if p in text), None)
 
 
 def _swap_greeting(text: str, rng: np.random.Generator) -> str:
@@ -320,5 +321,6 @@ def _swap_greeting(text: str, rng: np.random.Generator) -> str:
     return "\n".join(lines)
 
 
-def _pick(rng: np.random.Generator, options: Sequence[str]) -> str:
+def pick(rng: np.random.Generator, options: Sequence[str]) -> str:
+    """One of `options`, drawn uniformly by `rng`."""
     return options[rng.integers(len(options))]

@@ -9,10 +9,11 @@ import numpy as np
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from privft.data.records import Record
 from privft.scoring import score_losses
 
 
-def sample_losses(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], *,
+def sample_losses(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, texts: Sequence[Record], *,
                   batch_size: int = 8, max_length: int | None = None, desc: str = "SOFT scoring",
                   shard: bool = False) -> np.ndarray:
     """Mean token NLL (`TokenStats.mean_nll`) of each text under `model`, as the audit's loss attack sees it.
@@ -34,10 +35,12 @@ class TrainingPassLosses:
     in train mode and before that batch's update). A sample is recognised by its token ids as
     the trainer serves its original version (`served_ids[i]`), so the batches need no index
     column; a sample served obfuscated is not recognised and keeps its last original loss.
-    `losses` is NaN for a sample not yet seen.
+    `losses` is NaN for a sample not yet seen. With `masked` (records, whose batches carry labels
+    that mask the untrained tokens) the mean is over the trained tokens only, as the audit scores them.
     """
 
-    def __init__(self, served_ids: Sequence[Sequence[int]]) -> None:
+    def __init__(self, served_ids: Sequence[Sequence[int]], masked: bool = False) -> None:
+        self.masked = masked
         self.losses = np.full(len(served_ids), np.nan)
         self._samples: dict[tuple[int, ...], list[int]] = {}
         for index, ids in enumerate(served_ids):
@@ -64,6 +67,7 @@ class TrainingPassLosses:
         if input_ids is None or logits is None:
             return
         attention = kwargs.get("attention_mask")
+        labels = kwargs.get("labels") if self.masked else None
         # Samples are looked up on the host: one copy of the batch's ids and mask, and one of its losses.
         host_ids = input_ids.cpu()
         host_real = attention.cpu().bool() if attention is not None else torch.ones_like(host_ids, dtype=torch.bool)
@@ -71,11 +75,14 @@ class TrainingPassLosses:
         for row in range(host_ids.shape[0]):
             positions = host_real[row].nonzero().squeeze(1)
             indices = self._samples.get(tuple(host_ids[row, positions].tolist()))
-            if not indices or positions.numel() < 2:
+            targets = positions[1:]
+            if labels is not None:  # a record's trained tokens
+                targets = targets[labels[row].cpu()[targets] != -100]
+            if not indices or targets.numel() < 1:
                 continue
-            positions = positions.to(logits.device)
-            row_logits = logits[row].index_select(0, positions[:-1]).float()
-            losses.append(torch.nn.functional.cross_entropy(row_logits, input_ids[row, positions[1:]]))
+            targets = targets.to(logits.device)
+            row_logits = logits[row].index_select(0, targets - 1).float()
+            losses.append(torch.nn.functional.cross_entropy(row_logits, input_ids[row, targets]))
             recorded.append(indices)
         for indices, loss in zip(recorded, torch.stack(losses).tolist() if losses else []):
             self.losses[indices] = loss

@@ -29,7 +29,7 @@ import numpy as np
 from datasets import Dataset
 from numpy.typing import ArrayLike
 
-from privft.data.loaders import check_texts
+from privft.data.records import Record, check_records
 
 Example = Mapping[str, Any]
 BOTH_VERSIONS_OPS = ("map", "remove_columns", "rename_column", "rename_columns", "select_columns", "cast",
@@ -69,7 +69,7 @@ class ObfuscatedView(Dataset):
     """
 
     def __init__(self, original: Dataset | Sequence[Example], obfuscated: Dataset | Sequence[Example],
-                 texts: Sequence[str], mask: ArrayLike | None = None, *, _state: _MaskState | None = None,
+                 texts: Sequence[Record], mask: ArrayLike | None = None, *, _state: _MaskState | None = None,
                  _rows: np.ndarray | None = None) -> None:
         original = _as_dataset(original, "original")
         obfuscated = _as_dataset(obfuscated, "obfuscated")
@@ -83,7 +83,7 @@ class ObfuscatedView(Dataset):
                          indices_table=original._indices, fingerprint=original._fingerprint)
         self.original = original
         self.obfuscated = obfuscated
-        self.texts = check_texts(texts, "texts")
+        self.texts = check_records(texts, "texts")
         self._state = _state or _MaskState(len(original))
         self._rows = np.arange(len(original)) if _rows is None else _rows  # this view's rows in the root mask
         if mask is not None:

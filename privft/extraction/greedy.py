@@ -3,7 +3,9 @@
 A text is k-extractable when greedy decoding from its first k tokens (after BOS, as it was
 trained) reproduces its next m tokens exactly; approximately, when the token edit distance of
 the m decoded tokens to the true ones is at most a share of m (0.1 by default). Decoding runs in
-left-padded batches of `model.generate` on the model's device, in eval mode.
+left-padded batches of `model.generate` on the model's device, in eval mode. A record is decoded
+from its prompt with the chat template's generation prompt, and compared with the first m tokens
+of its trained reply (`privft.extraction.replies`).
 """
 
 from __future__ import annotations
@@ -79,11 +81,11 @@ def _until_end(ids: list[int], eos_id: int | None) -> list[int]:
 class GreedyExtraction:
     """Greedy decoding of m tokens from each decoded text's k-token prefix, and the distance to its true suffix."""
 
-    prefix_length: int  # k
+    prefix_length: int  # k; 0 for records, decoded from their whole prompt
     suffix_length: int  # m
     max_distance: float  # an approximate match has normalised edit distance ≤ this
     labels: np.ndarray  # (n_texts,) of every audited text: 1 member, 0 non-member
-    long_enough: np.ndarray  # (n_texts,) bool: the text has at least k + m tokens
+    long_enough: np.ndarray  # (n_texts,) bool: the text has at least k + m tokens (a record's reply, m)
     decoded: np.ndarray  # indices of the texts decoded (all long-enough ones, or the seeded subsample)
     distances: np.ndarray  # (len(decoded),) normalised token edit distance of the decoded suffix to the true one
 
@@ -110,9 +112,24 @@ def greedy_extraction(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase
                       max_distance: float = 0.1, max_texts: int | None = None, seed: int = 0,
                       batch_size: int = 8) -> GreedyExtraction:
     """Greedy k-extractability of each text (or of at most `max_texts` per group, drawn with `seed`)."""
+    start = start_token(tokenizer)
+    cuts = [([start, *ids[:prefix_length]], ids[prefix_length:])
+            for ids in tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
+    return greedy_from_prompts(model, tokenizer, cuts, labels, prefix_length=prefix_length,
+                               suffix_length=suffix_length, max_distance=max_distance, max_texts=max_texts, seed=seed,
+                               batch_size=batch_size)
+
+
+def greedy_from_prompts(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase,
+                        cuts: Sequence[tuple[list[int], list[int]]], labels: np.ndarray, *, prefix_length: int,
+                        suffix_length: int, max_distance: float = 0.1, max_texts: int | None = None, seed: int = 0,
+                        batch_size: int = 8) -> GreedyExtraction:
+    """Greedy decoding of `suffix_length` tokens from each (prompt ids, true continuation) cut, compared with the truth.
+
+    A cut whose continuation is shorter than `suffix_length` is counted, never decoded.
+    """
     labels = np.asarray(labels)
-    encoded = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
-    long_enough = np.array([len(ids) >= prefix_length + suffix_length for ids in encoded], dtype=bool)
+    long_enough = np.array([len(rest) >= suffix_length for _, rest in cuts], dtype=bool)
     rng = np.random.default_rng(seed)
     chosen = []
     for label in GROUPS.values():
@@ -121,9 +138,8 @@ def greedy_extraction(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase
             candidates = rng.choice(candidates, size=max_texts, replace=False)
         chosen.append(candidates)
     decoded = np.sort(np.concatenate(chosen)).astype(int)
-    start = start_token(tokenizer)
-    prompts = [[start, *encoded[i][:prefix_length]] for i in decoded]
+    prompts = [cuts[i][0] for i in decoded]
     continuations = generate_continuations(model, tokenizer, prompts, suffix_length, batch_size=batch_size)
-    distances = np.array([normalised_edit_distance(beams[0], encoded[i][prefix_length:prefix_length + suffix_length])
+    distances = np.array([normalised_edit_distance(beams[0], cuts[i][1][:suffix_length])
                           for i, beams in zip(decoded, continuations)], dtype=np.float64)
     return GreedyExtraction(prefix_length, suffix_length, max_distance, labels, long_enough, decoded, distances)

@@ -4,7 +4,9 @@ For a text x_1 … x_T, read after BOS as the audit scores it, a prefix of k tok
 m: log p = Σ_{t=k+1}^{k+m} log p(x_t | x_<t), a sum over `TokenStats.token_logprobs` of the
 target pass. Nothing is generated and no forward pass is added. p is the chance that one
 continuation of the prefix, sampled at temperature 1 without truncation, is exactly the suffix;
-1 − (1 − p)^n is the chance it appears at least once in n such samples.
+1 − (1 − p)^n is the chance it appears at least once in n such samples. For a record the prefix
+is its whole prompt and the suffix the first m tokens of its trained reply, read from the same pass
+when it scored them (`AuditConfig.scored="completion"`).
 """
 
 from __future__ import annotations
@@ -68,3 +70,15 @@ def probabilistic_extraction(target: Sequence[TokenStats], labels: np.ndarray, p
                          "pass one label per scored text.")
     values = np.array([suffix_log_probability(s, prefix_length, suffix_length) for s in target], dtype=np.float64)
     return ProbabilisticExtraction(prefix_length, suffix_length, values, labels)
+
+
+def reply_extraction(target: Sequence[TokenStats], offsets: Sequence[int | None], labels: np.ndarray,
+                     suffix_length: int) -> ProbabilisticExtraction:
+    """P(first m reply tokens | prompt) of each record, whose reply starts at `offsets` among its scored tokens.
+
+    An offset of None (the pass did not score the reply, or it is shorter than m) gives NaN. The prefix length is 0.
+    """
+    labels = np.asarray(labels)
+    values = np.array([float("nan") if offset is None else suffix_log_probability(s, offset, suffix_length)
+                       for s, offset in zip(target, offsets, strict=True)], dtype=np.float64)
+    return ProbabilisticExtraction(0, suffix_length, values, labels)

@@ -29,7 +29,8 @@ class NeighbourParaphraser(Paraphraser):
 
     One forward pass over the original text gives the next-token logits at every chosen
     position. Eligible words start with a token that decodes to a space followed by letters
-    (byte-level BPE tokenizers such as GPT-2, Llama 3 or SmolLM2); each chosen word is replaced,
+    (byte-level BPE tokenizers such as GPT-2, Llama 3, Qwen 2 or SmolLM2, and SentencePiece ones
+    whose "▁word" pieces decode with their space, such as Gemma's); each chosen word is replaced,
     whole, by a token of that same form sampled from the top-k (softmax-weighted) after removing
     the original word in any letter case. Words not preceded by a space (the first word, words
     right after a bracket or quote) are never chosen. Which words change, and to what, follows
@@ -54,8 +55,8 @@ class NeighbourParaphraser(Paraphraser):
         word_ids = [i for i, piece in enumerate(self._pieces) if _SPACED_WORD.fullmatch(piece)]
         if not word_ids:
             raise ValueError(f"The tokenizer {tokenizer.name_or_path!r} has no tokens that decode to a space and"
-                             " letters; NeighbourParaphraser needs a byte-level BPE tokenizer"
-                             " (GPT-2, Llama 3, SmolLM2).")
+                             " letters; NeighbourParaphraser needs word pieces that decode with their space"
+                             " (byte-level BPE as in GPT-2, Llama 3, Qwen 2, SmolLM2; SentencePiece as in Gemma).")
         self._word_mask = torch.full((len(tokenizer),), float("-inf"))  # added to logits: 0 for word-start tokens
         self._word_mask[word_ids] = 0.0
         self._ids_by_word: dict[str, list[int]] = {}

@@ -8,10 +8,12 @@ by a few words at most.
 
 A rewrite is accepted when `privft.paraphrase.quality.rejection_reason` finds nothing wrong.
 Otherwise the suffix is rewritten again with the next seed (seed + 1, ...), up to `retries`
-more times. When every try is rejected the result falls back, with ``fallback=True``, a warning
-on the ``privft.paraphrase`` logger and the rejections in ``reason``, to the last rejected
-candidate that was non-empty and changed some word (a poor rewrite still hides the original
-wording), or to the original suffix when every candidate was empty or unchanged.
+more times. When every try is rejected the result falls back, with ``fallback=True`` and the
+rejections in ``reason``, to the last rejected candidate that was non-empty and changed some word
+(a poor rewrite still hides the original wording), or to the original suffix when every candidate
+was empty or unchanged; ``failed_rewrites="skip"`` gives the original text instead, so that SOFT
+never trains on a rewrite its own filter rejected. One warning on the ``privft.paraphrase``
+logger counts the fallbacks of a call and names their texts.
 """
 
 from __future__ import annotations
@@ -19,11 +21,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
 
 from tqdm.auto import tqdm
 
+from privft.data.records import Record, check_records, map_turns, turn_contents
 from privft.paraphrase.base import Paraphraser
 from privft.paraphrase.cache import ParaphraseCache
 from privft.paraphrase.quality import rejection_reason, words
@@ -31,6 +34,8 @@ from privft.paraphrase.quality import rejection_reason, words
 logger = logging.getLogger("privft.paraphrase")
 
 MODES = ("prefix+rewrite", "rewrite-only")
+FAILED_REWRITES = ("serve", "skip")  # what a text whose every rewrite the filter rejected becomes; the first: default
+NAMED_TEXTS = 10  # texts a fallback summary names by index
 _WORD_SPAN = re.compile(r"\S+")
 
 
@@ -38,11 +43,16 @@ _WORD_SPAN = re.compile(r"\S+")
 class ObfuscationResult:
     """The obfuscated sample `text` of `original`, after `attempts` rewrites; `reason` lists rejected tries."""
 
-    text: str
-    original: str
+    text: Record  # a str, or a record for records
+    original: Record
     attempts: int
     fallback: bool
     reason: str | None = None
+
+    @property
+    def failed_filter(self) -> bool:
+        """Whether every rewrite was rejected by the filter (a text with nothing to rewrite was never tried)."""
+        return self.fallback and self.attempts > 0
 
 
 def split_prefix(text: str, prefix_keep_ratio: float) -> tuple[str, str]:
@@ -56,7 +66,7 @@ def split_prefix(text: str, prefix_keep_ratio: float) -> tuple[str, str]:
 
 
 def obfuscate(
-    texts: Iterable[str],
+    texts: Iterable[Record],
     paraphraser: Paraphraser,
     *,
     prefix_keep_ratio: float = 0.5,
@@ -66,16 +76,25 @@ def obfuscate(
     min_similarity: float = 0.2,
     max_length_ratio: float = 2.0,
     retries: int = 3,
+    failed_rewrites: str = FAILED_REWRITES[0],
 ) -> list[ObfuscationResult]:
     """The obfuscated version of each text: prefix + rewritten suffix, or (mode="rewrite-only") the rewritten suffix.
+
+    Conversational records (`privft.data.records`) come back as records: each assistant turn (a
+    completion) is obfuscated as a text would be, and the system and user turns are never touched.
+    Their results' `text` and `original` are records.
 
     "rewrite-only" reproduces the released SOFT code, which trained on the paraphrased suffix
     alone. `cache` skips the paraphraser for any (paraphraser, settings, text, seed, split,
     filter) seen before; both modes share one entry, since they rewrite the same suffix.
+    `failed_rewrites` says what a text whose every rewrite the filter rejected becomes: "serve"
+    its last changed candidate, or "skip" it, giving the original text (still marked `fallback`).
     """
     _check_ratio(prefix_keep_ratio)
     if mode not in MODES:
         raise ValueError(f"mode={mode!r} is not a known obfuscation mode; choose one of {', '.join(MODES)}.")
+    if failed_rewrites not in FAILED_REWRITES:
+        raise ValueError(f"failed_rewrites={failed_rewrites!r} must be one of {', '.join(FAILED_REWRITES)}.")
     if not 0 <= min_similarity <= 1:
         raise ValueError(f"min_similarity={min_similarity} must be in [0, 1] (0 disables the similarity check).")
     if max_length_ratio < 1:
@@ -83,6 +102,11 @@ def obfuscate(
     if retries < 0:
         raise ValueError(f"retries={retries} must be >= 0.")
     texts = list(texts)
+    if texts and not isinstance(texts[0], str):
+        return _obfuscate_replies(texts, lambda replies: obfuscate(
+            replies, paraphraser, prefix_keep_ratio=prefix_keep_ratio, mode=mode, cache=cache, seed=seed,
+            min_similarity=min_similarity, max_length_ratio=max_length_ratio, retries=retries,
+            failed_rewrites=failed_rewrites))
     for index, text in enumerate(texts):
         if not isinstance(text, str):
             raise TypeError(f"Text {index} is a {type(text).__name__}, not a str; pass the texts as strings.")
@@ -103,13 +127,57 @@ def obfuscate(
         if cache is not None:
             cache.put(keys[index], records[index])
     results = []
-    for index, (text, record) in enumerate(zip(texts, records)):
+    for text, record in zip(texts, records):
         result = ObfuscationResult(**record)
         if mode == "rewrite-only":
             result = _without_prefix(result, split_prefix(text, prefix_keep_ratio)[0])
-        if result.fallback:  # on cache hits too: a fallback is never silent
-            logger.warning("Text %d: %s.", index, result.reason)
+        if failed_rewrites == "skip" and result.failed_filter:
+            result = dataclasses.replace(result, text=result.original,
+                                         reason=f"{result.reason}; served the original (failed_rewrites='skip')")
         results.append(result)
+    summary = fallback_summary(results, failed_rewrites)
+    if summary:  # on cache hits too: a fallback is never silent
+        logger.warning(summary)
+    return results
+
+
+def fallback_summary(results: list[ObfuscationResult], failed_rewrites: str) -> str | None:
+    """One line on the texts that fell back: how many, which, and what they became; None when none did."""
+    failed = [index for index, result in enumerate(results) if result.failed_filter]
+    untried = [index for index, result in enumerate(results) if result.fallback and not result.failed_filter]
+    parts = []
+    if failed:
+        became = ("the original text is served instead (failed_rewrites='skip')" if failed_rewrites == "skip" else
+                  "the last non-empty changed candidate is served, or the original where none changed a word; "
+                  "failed_rewrites='skip' serves the originals instead")
+        parts.append(f"{len(failed)} of {len(results)} texts had every rewrite rejected by the similarity and "
+                     f"length filter ({_named(failed)}): {became}")
+    if untried:
+        parts.append(f"{len(untried)} of {len(results)} texts have no words after the kept prefix "
+                     f"({_named(untried)}) and are kept as they are")
+    return "; ".join(parts) + ". Each text's rejections: its ObfuscationResult.reason." if parts else None
+
+
+def _named(indices: list[int]) -> str:
+    """'texts 3, 7, 12', the first NAMED_TEXTS of them, then how many more."""
+    more = f" and {len(indices) - NAMED_TEXTS} more" if len(indices) > NAMED_TEXTS else ""
+    return f"text{'s' if len(indices) > 1 else ''} {', '.join(map(str, indices[:NAMED_TEXTS]))}{more}"
+
+
+def _obfuscate_replies(records: list[Record], obfuscate_texts: Callable[[list[str]], list[ObfuscationResult]]
+                       ) -> list[ObfuscationResult]:
+    """Each record with its assistant turns obfuscated by `obfuscate_texts`, one result per record."""
+    records = check_records(records, "records to obfuscate")
+    replies = [turn_contents(record, ("assistant",)) for record in records]
+    done = iter(obfuscate_texts([reply for reply_list in replies for reply in reply_list]))
+    results = []
+    for record, reply_list in zip(records, replies):
+        parts = [next(done) for _ in reply_list]
+        rewritten = iter(part.text for part in parts)
+        reasons = [part.reason for part in parts if part.reason]
+        results.append(ObfuscationResult(map_turns(record, lambda _: next(rewritten), roles=("assistant",)), record,
+                                         max(part.attempts for part in parts), any(p.fallback for p in parts),
+                                         "; ".join(reasons) or None))
     return results
 
 

@@ -4,8 +4,8 @@ Each text is scored after one start token (`privft.scoring.start`), so every one
 summed NLL is the text's full code length (which makes bits-per-byte comparable across
 tokenizers). Texts longer than the context are scored with sliding windows: each token is
 predicted exactly once, with at least ``max_length - stride`` tokens of context. The head is
-applied in chunks of positions, so a 32 × 512 batch with a 49k vocabulary never materialises
-its full logits tensor.
+applied to blocks of positions one vocabulary tile at a time, so a 32 × 512 batch never
+materialises its full logits tensor, whatever the vocabulary.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from __future__ import annotations
 import hashlib
 import json
 import warnings
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass
 from typing import NamedTuple
 
 import numpy as np
@@ -23,15 +23,18 @@ from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privft.ranks import gather_shares, is_main_rank, rank_and_world
+from privft.data.records import Record, check_records
 from privft.scoring.cache import StatsCache, model_fingerprint, tokenizer_fingerprint
+from privft.scoring.render import record_rendering, render_records, scored_bytes
 from privft.scoring.start import start_token
 from privft.scoring.stats import ScoringError, TokenStats, single_token_warning
 
 DEFAULT_MAX_LENGTH = 1024
-HEAD_CHUNK_ELEMENTS = 2**22  # logits per head block: 16 MiB of fp32, one buffer reused for every block of a run
-STATISTICS_CHUNK_ELEMENTS = 2**18  # logits per statistics slice: 1 MB, so its passes stay in cache
-MIN_STATISTICS_ROWS = 16  # thinner slices fragment the heap: tiny blocks of a 49k vocabulary grew RSS by GBs
+HEAD_TILE_WIDTH = 1024  # vocabulary columns per tile of logits
+HEAD_TILE_ELEMENTS = 2**20  # logits per tile: 4 MiB of fp32 (1,024 rows), so the statistics' passes stay in cache
+HEAD_CHUNK_ELEMENTS = 2**22  # logits per block of a head that computes whole rows (wrapped, quantised): 16 MiB
 CANCELLATION_LIMIT = 100.0  # E_p[z']² / σ² above which σ is recomputed centred (≤ ~1e-5 relative error)
+LOG2_E = 1.4426950408889634  # exp z = 2^(z log2 e): torch's exp2 ran ~3× faster than its exp (AMD EPYC, 2026-12)
 
 
 @dataclass(frozen=True)
@@ -41,23 +44,34 @@ class _Window:
     text_index: int
     order: int  # position of this window among its text's windows
     input_ids: list[int]
-    first_target: int  # window-local index of the first token this window scores
+    first_target: int  # window-local index of its first new token (for a text, the first it scores)
+    scored: tuple[int, ...] | None = None  # window-local indices it scores (a record's); None: all from first_target
+
+    @property
+    def targets(self) -> Sequence[int]:
+        """Window-local indices of the tokens this window scores, ascending."""
+        return range(self.first_target, len(self.input_ids)) if self.scored is None else self.scored
 
 
 def _windows(text_index: int, ids: list[int], max_length: int, stride: int, first: int = 1,
-             pinned: Sequence[int] = ()) -> list[_Window]:
+             pinned: Sequence[int] = (), scored: Sequence[int] | None = None) -> list[_Window]:
     """Cut a sequence into windows that together score every token from `first` on exactly once.
 
-    Each window starts with the `pinned` tokens (BOS and a ReCaLL prefix), so every scored token
-    reads them; the rest of the window slides over `ids`, by at most half its width when pinned.
+    With `scored` (ascending positions, a record's scored tokens), only those are scored, and a
+    window holding none of them is left out. Each window starts with the `pinned` tokens (BOS and a
+    ReCaLL prefix), so every scored token reads them; the rest of the window slides over `ids`, by
+    at most half its width when pinned.
     """
     width = max_length - len(pinned)
     step = min(stride, max(1, width // 2)) if pinned else stride
     windows, scored_until, begin = [], first, 0
     while scored_until < len(ids):
         end = min(begin + width, len(ids))
-        windows.append(_Window(text_index, len(windows), [*pinned, *ids[begin:end]],
-                               len(pinned) + scored_until - begin))
+        shift = len(pinned) - begin  # global position → window-local index
+        targets = None if scored is None else tuple(t + shift for t in scored if scored_until <= t < end)
+        if targets is None or targets:
+            windows.append(_Window(text_index, len(windows), [*pinned, *ids[begin:end]], scored_until + shift,
+                                   targets))
         scored_until, begin = end, begin + step
     return windows
 
@@ -103,19 +117,6 @@ def _check_head(model: PreTrainedModel) -> None:
                                "privft's chunked head does not support that yet.")
 
 
-def _shifted_exponentials(logits: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor
-                          ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Shift fp32 logits in place to z' = z − max z, write w = exp z' into `weights`; return z'(target) and Σ w.
-
-    Both the full and the loss-only pass normalise through this one function, so their log p
-    agree bit for bit (a model audited against itself gets reference ratios of exactly 0).
-    """
-    logits -= logits.amax(dim=-1, keepdim=True)
-    target_logit = logits.gather(1, targets[:, None]).squeeze(1)
-    torch.exp(logits, out=weights)
-    return target_logit, weights.sum(dim=-1)
-
-
 class TokenArrays(NamedTuple):
     """One pass's per-token arrays (tensors on the device, then numpy): log p(target), μ and σ (None: loss only)."""
 
@@ -128,62 +129,119 @@ class TokenArrays(NamedTuple):
         return [array for array in self if array is not None]
 
 
-def _statistics(logits: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor) -> TokenArrays:
-    """log p(target), μ and σ from a block of fp32 logits z, overwritten in place; `weights` is scratch of its shape.
-
-    With z' = z − max z, w = exp z' and W = Σ w: log p = z' − log W, μ = E_p[z'] − log W and
-    σ² = E_p[z'²] − E_p[z']². The softmax is never normalised: one exponential pass, the rest
-    are sums. The raw second moment loses ~E_p[z']²/σ² ulps to cancellation, so the rare rows
-    where that exceeds `CANCELLATION_LIMIT` (mass clustered far below the max) are recomputed
-    centred.
-    """
-    target_logit, total = _shifted_exponentials(logits, targets, weights)
-    weighted = weights.mul_(logits)  # w z', then w z'² below: the weights themselves are no longer needed
-    mean_logit = weighted.sum(dim=-1) / total
-    variance = weighted.mul_(logits).sum(dim=-1) / total - mean_logit.square()
-    ill_conditioned = mean_logit.square() > CANCELLATION_LIMIT * variance
-    if ill_conditioned.any():
-        rows = logits[ill_conditioned]
-        rows_weights = rows.exp()
-        centred = rows - mean_logit[ill_conditioned, None]
-        variance[ill_conditioned] = (rows_weights * centred.square()).sum(dim=-1) / rows_weights.sum(dim=-1)
-    log_total = total.log()
-    return TokenArrays(target_logit - log_total, mean_logit - log_total, variance.clamp_min(0).sqrt())
-
-
-def _target_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> TokenArrays:
-    """log p(target) alone from a block of fp32 logits, overwritten in place: no μ or σ."""
-    target_logit, total = _shifted_exponentials(logits, targets, logits)  # nothing reads z' after the exp
-    return TokenArrays(target_logit - total.log())
+def _tiled(head: torch.nn.Module) -> bool:
+    """Whether `head` is a plain linear layer, whose logits are computed one vocabulary tile at a time."""
+    return type(head) is torch.nn.Linear
 
 
 @dataclass(frozen=True)
 class _HeadWorkspace:
     """fp32 buffers reused by every block of a scoring run: fresh ones per block fragment the heap (GBs of RSS)."""
 
-    logits: torch.Tensor  # one block of logits, (block rows × vocabulary) elements
-    weights: torch.Tensor  # exp of one statistics slice, (slice rows × vocabulary) elements
+    logits: torch.Tensor  # one tile of a plain linear head, or one block of whole rows of any other head
+    weights: torch.Tensor  # the exponentials of one tile
+    sums: torch.Tensor  # (5, tiles, block rows): per tile and row, max z, Σ w, Σ w z', Σ w z'² and z(target)
+    block_rows: int  # hidden rows per block
+    tile_width: int  # vocabulary columns per tile
 
     @classmethod
     def for_model(cls, model: PreTrainedModel) -> _HeadWorkspace:
-        """Buffers sized for `model`'s vocabulary, on its head's device."""
-        weight = model.get_output_embeddings().weight
-        vocab = weight.shape[0]
-        block_rows, slice_rows = max(1, HEAD_CHUNK_ELEMENTS // vocab), max(MIN_STATISTICS_ROWS,
-                                                                           STATISTICS_CHUNK_ELEMENTS // vocab)
-        return cls(torch.empty(block_rows * vocab, dtype=torch.float32, device=weight.device),
-                   torch.empty(slice_rows * vocab, dtype=torch.float32, device=weight.device))
+        """Buffers sized for `model`'s head and vocabulary, on its head's device."""
+        head = model.get_output_embeddings()
+        vocab, device = head.weight.shape[0], head.weight.device
+        width = min(HEAD_TILE_WIDTH, vocab)
+        rows = max(1, HEAD_TILE_ELEMENTS // width if _tiled(head) else HEAD_CHUNK_ELEMENTS // vocab)
+        return cls(torch.empty(rows * (width if _tiled(head) else vocab), dtype=torch.float32, device=device),
+                   torch.empty(rows * width, dtype=torch.float32, device=device),
+                   torch.empty(5, -(-vocab // width), rows, dtype=torch.float32, device=device), rows, width)
 
 
-def _logits(head: torch.nn.Module, rows: torch.Tensor, buffer: torch.Tensor) -> torch.Tensor:
-    """fp32 logits of hidden `rows`, written into `buffer`: a plain fp32 linear head writes them there directly."""
-    vocab = head.weight.shape[0]
-    out = buffer[:rows.shape[0] * vocab].view(rows.shape[0], vocab)
-    if type(head) is not torch.nn.Linear or head.weight.dtype != torch.float32 or rows.dtype != torch.float32:
-        return out.copy_(head(rows))  # a wrapped, quantised or low-precision head computes its own output
-    if head.bias is None:
-        return torch.mm(rows, head.weight.T, out=out)
-    return torch.addmm(head.bias, rows, head.weight.T, out=out)
+def _logit_tiles(head: torch.nn.Module, rows: torch.Tensor, workspace: _HeadWorkspace) -> Iterator[torch.Tensor]:
+    """fp32 logits of hidden `rows`, one tile of columns at a time from the left, each in the workspace's buffer.
+
+    A plain linear head computes each tile alone (an fp32 one straight into the buffer); any other head
+    (wrapped, quantised) computes whole rows, copied in, and its tiles are column slices of them.
+    """
+    vocab, width, count = head.weight.shape[0], workspace.tile_width, rows.shape[0]
+    if not _tiled(head):
+        block = workspace.logits[:count * vocab].view(count, vocab).copy_(head(rows))
+        yield from (block[:, start:start + width] for start in range(0, vocab, width))
+        return
+    for start in range(0, vocab, width):
+        weight = head.weight[start:start + width]
+        bias = None if head.bias is None else head.bias[start:start + width]
+        out = workspace.logits[:count * weight.shape[0]].view(count, weight.shape[0])
+        if weight.dtype != torch.float32 or rows.dtype != torch.float32:
+            out.copy_(torch.nn.functional.linear(rows, weight, bias))  # a low-precision head computes in its dtype
+        elif bias is None:
+            torch.mm(rows, weight.T, out=out)
+        else:
+            torch.addmm(bias, rows, weight.T, out=out)
+        yield out
+
+
+def _tile_sums(tile: torch.Tensor, offsets: torch.Tensor, sums: torch.Tensor, weights: torch.Tensor,
+               distribution: bool) -> None:
+    """One tile's passes into `sums` (5 × rows): max z, Σ w, and with `distribution` Σ w z', Σ w z'²; z(target).
+
+    z' = z − max z of the tile (shifted in place) and w = exp z', computed as 2^(z' log2 e) in `weights`.
+    The target's logit is read at `offsets`, clamped into the tile: rows whose target lies in
+    another tile read a value no one uses.
+    """
+    maxes, totals, firsts, seconds, picked = sums
+    torch.amax(tile, dim=1, out=maxes)
+    torch.gather(tile, 1, offsets.clamp(max=tile.shape[1] - 1)[:, None], out=picked[:, None])
+    tile.sub_(maxes[:, None])
+    torch.mul(tile, LOG2_E, out=weights).exp2_()
+    torch.sum(weights, dim=1, out=totals)
+    if distribution:
+        torch.sum(weights.mul_(tile), dim=1, out=firsts)
+        torch.sum(weights.mul_(tile), dim=1, out=seconds)
+
+
+def _block_statistics(head: torch.nn.Module, rows: torch.Tensor, targets: torch.Tensor, distribution: bool,
+                      workspace: _HeadWorkspace) -> TokenArrays:
+    """log p(target), and with `distribution` μ and σ, for one block of hidden rows, merged from its tiles' sums.
+
+    With tile t's max m_t, the row's max M and d_t = m_t − M ≤ 0, the sums about M are
+    W = Σ_t e^d_t W_t, Σ w z' = Σ_t e^d_t (S1_t + d_t W_t) and Σ w z'² = Σ_t e^d_t (S2_t + d_t (2 S1_t + d_t W_t)),
+    each a sum of terms of one sign, so merging adds no cancellation. Then log p = z'(target) − log W,
+    μ = E_p[z'] − log W and σ² = E_p[z'²] − E_p[z']²: the softmax is never normalised. The raw
+    second moment loses ~E_p[z']²/σ² ulps to cancellation, so the rare rows where that exceeds
+    `CANCELLATION_LIMIT` (mass clustered far below the max) are recomputed centred. The loss-only
+    pass runs the same code up to log p, so the two agree bit for bit (a model audited against
+    itself gets reference ratios of exactly 0).
+    """
+    count, width = rows.shape[0], workspace.tile_width
+    offsets, sums = targets % width, workspace.sums[:, :, :count]
+    for index, tile in enumerate(_logit_tiles(head, rows, workspace)):
+        _tile_sums(tile, offsets, sums[:, index], workspace.weights[:tile.numel()].view(tile.shape), distribution)
+    maxes, totals, firsts, seconds, picked = sums
+    row_max = maxes.amax(dim=0)
+    shift = maxes - row_max
+    scale = shift.exp()
+    total = (scale * totals).sum(dim=0)
+    log_total = total.log()
+    logprob = picked.gather(0, (targets // width)[None]).squeeze(0) - row_max - log_total
+    if not distribution:
+        return TokenArrays(logprob)
+    mean_logit = (scale * (firsts + shift * totals)).sum(dim=0) / total
+    variance = (scale * (seconds + shift * (2 * firsts + shift * totals))).sum(dim=0) / total - mean_logit.square()
+    ill = mean_logit.square() > CANCELLATION_LIMIT * variance
+    if ill.any():
+        variance[ill] = _centred_second_moment(head, rows[ill], row_max[ill], mean_logit[ill], workspace) / total[ill]
+    return TokenArrays(logprob, mean_logit - log_total, variance.clamp_min(0).sqrt())
+
+
+def _centred_second_moment(head: torch.nn.Module, rows: torch.Tensor, row_max: torch.Tensor, mean_logit: torch.Tensor,
+                           workspace: _HeadWorkspace) -> torch.Tensor:
+    """Σ w (z' − E_p[z'])² of each of `rows` (z' = z − `row_max`), from their logits computed again, tile by tile."""
+    moment = torch.zeros_like(row_max)
+    for tile in _logit_tiles(head, rows, workspace):
+        weights = workspace.weights[:tile.numel()].view(tile.shape)
+        torch.mul(tile.sub_(row_max[:, None]), LOG2_E, out=weights).exp2_()
+        moment += weights.mul_(tile.sub_(mean_logit[:, None])).mul_(tile).sum(dim=1)
+    return moment
 
 
 @torch.no_grad()
@@ -191,21 +249,13 @@ def _head_statistics(head: torch.nn.Module, hidden: torch.Tensor, targets: torch
                      workspace: _HeadWorkspace) -> TokenArrays:
     """log p(target), and with `distribution` also μ and σ of log p, for each hidden row, in fp32.
 
-    The head runs on blocks of rows (a few large matrix products); the statistics then walk
-    each block in cache-sized slices, since they are several passes over the vocabulary.
+    The rows meet the head in blocks (1,024 rows for a plain linear head), one vocabulary tile at
+    a time, so its weight is read from memory once per block (a 262k vocabulary's 671 MB in fp32;
+    whole rows of 2^22 logits were 16 rows a block), and each tile's statistics run while it is in cache.
     """
-    vocab = head.weight.shape[0]
-    block_rows = workspace.logits.numel() // vocab
-    slice_rows = workspace.weights.numel() // vocab
-    pieces = []
-    for start in range(0, hidden.shape[0], block_rows):
-        logits = _logits(head, hidden[start:start + block_rows], workspace.logits)
-        block_targets = targets[start:start + block_rows]
-        for i in range(0, logits.shape[0], slice_rows):
-            part, part_targets = logits[i:i + slice_rows], block_targets[i:i + slice_rows]
-            pieces.append(_statistics(part, part_targets, workspace.weights[:part.numel()].view_as(part))
-                          if distribution else _target_logprobs(part, part_targets))
-    return _joined(pieces, torch.cat)
+    rows = workspace.block_rows
+    return _joined([_block_statistics(head, hidden[start:start + rows], targets[start:start + rows], distribution,
+                                      workspace) for start in range(0, hidden.shape[0], rows)], torch.cat)
 
 
 @torch.no_grad()
@@ -219,13 +269,13 @@ def _score_windows(model: PreTrainedModel, windows: list[_Window], pad_id: int, 
     mask = torch.tensor([[1] * len(w.input_ids) + [0] * (width - len(w.input_ids)) for w in windows]).to(device)
     hidden = model.get_decoder()(input_ids=ids, attention_mask=mask,
                                  use_cache=False).last_hidden_state  # no KV cache: nothing is generated
-    rows = torch.tensor([row for row, w in enumerate(windows) for _ in range(w.first_target, len(w.input_ids))])
-    positions = torch.tensor([t for w in windows for t in range(w.first_target, len(w.input_ids))])
+    rows = torch.tensor([row for row, w in enumerate(windows) for _ in w.targets])
+    positions = torch.tensor([t for w in windows for t in w.targets])
     rows, positions = rows.to(device), positions.to(device)
     # The hidden state at position t-1 predicts the token at t.
     stats = _head_statistics(model.get_output_embeddings(), hidden[rows, positions - 1], ids[rows, positions],
                              distribution, workspace)
-    splits = np.cumsum([len(w.input_ids) - w.first_target for w in windows])[:-1]
+    splits = np.cumsum([len(w.targets) for w in windows])[:-1]
     host = torch.stack(stats.present()).cpu().numpy()  # fp32 already (the head's block buffer); one copy to the host
     return [TokenArrays(*window) for window in zip(*(np.split(stat, splits) for stat in host))]
 
@@ -242,14 +292,17 @@ def _check_window(model: PreTrainedModel, max_length: int | None, stride: int | 
 
 def _score_sequences(model: PreTrainedModel, sequences: dict[int, list[int]], *, pad_id: int, batch_size: int,
                      max_length: int, stride: int, distribution: bool, desc: str, first_target: int = 1,
-                     pinned: Sequence[int] = (), shard: bool = False) -> dict[int, TokenArrays]:
-    """Per-token statistics of each sequence from `first_target` on, read after `pinned`, keyed as given (eval mode).
+                     pinned: Sequence[int] = (), shard: bool = False,
+                     scored: dict[int, list[int]] | None = None) -> dict[int, TokenArrays]:
+    """Per-token statistics of each sequence from `first_target` on (or at its `scored` positions), read after
+    `pinned`, keyed as given (eval mode).
 
     With `shard`, every rank forms the same batches, scores batches rank, rank + world, … and
     gathers the others' (`privft.ranks.gather_shares`): each batch is the one a single process
     scores, so the statistics are those of a single process.
     """
-    windows = [w for i, ids in sequences.items() for w in _windows(i, ids, max_length, stride, first_target, pinned)]
+    windows = [w for i, ids in sequences.items()
+               for w in _windows(i, ids, max_length, stride, first_target, pinned, scored and scored[i])]
     windows.sort(key=lambda w: len(w.input_ids), reverse=True)  # similar lengths share a batch
     batches = [windows[start:start + batch_size] for start in range(0, len(windows), batch_size)]
     rank, world = rank_and_world() if shard else (0, 1)
@@ -288,7 +341,7 @@ def _pad_id(tokenizer: PreTrainedTokenizerBase) -> int:
 def score_texts(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
-    texts: Sequence[str],
+    texts: Sequence[Record],
     *,
     batch_size: int = 8,
     max_length: int | None = None,
@@ -300,7 +353,12 @@ def score_texts(
     distribution: bool = True,
     shard: bool = False,
 ) -> list[TokenStats]:
-    """Token statistics for each text, in input order; cached per text when `cache` is given.
+    """Token statistics for each text or record, in input order; cached per text when `cache` is given.
+
+    A conversational record (`privft.data.records`) is scored on the tokens `privft.scoring.render`
+    picks under the rendering in force (`rendering_context`: by default the trained tokens, as trl's
+    `SFTTrainer` renders the record), each conditioned on all of the record before it; `n_bytes` is
+    then the length of those tokens decoded.
 
     `max_length` is the window size (default: the model's context, at most 1024); `stride` is
     how many new tokens each further window scores (default half the window). `model_id`
@@ -318,7 +376,13 @@ def score_texts(
     same cache folder.
     """
     max_length, stride = _check_window(model, max_length, stride)
-    sequences = _tokenize(texts, tokenizer)
+    records = bool(texts) and not isinstance(texts[0], str)
+    if records and prefix is not None:
+        raise ScoringError("A conditioning prefix (ReCaLL) is read before texts only; conversational records carry "
+                           "their own context (the prompt), so leave the prefix out for them.")
+    rendering = record_rendering()
+    rendered = render_records(check_records(texts, "scored records"), tokenizer, rendering) if records else None
+    sequences = [r.input_ids for r in rendered] if rendered else _tokenize(texts, tokenizer)
     prefix_ids = _prefix_ids(prefix, tokenizer, max_length)
     # A prefix is pinned, with BOS, at the start of every window, so long texts read it throughout.
     pinned, first_target = ([start_token(tokenizer), *prefix_ids], 0) if prefix_ids else ([], 1)
@@ -327,18 +391,20 @@ def score_texts(
     results: list[TokenStats | None] = [None] * len(texts)
     if cache is not None:
         settings = [model_id or model_fingerprint(model), tokenizer_fingerprint(tokenizer), max_length, stride,
-                    prefix, distribution]
+                    prefix, distribution, *([asdict(rendering)] if records else [])]  # texts keep their old keys
         for i, text in enumerate(texts):
-            keys[i] = hashlib.sha256(json.dumps([*settings, text]).encode()).hexdigest()  # fields never run together
+            keys[i] = hashlib.sha256(json.dumps([*settings, text], sort_keys=records).encode()).hexdigest()
             results[i] = cache.get(keys[i])
     missing = [i for i, r in enumerate(results) if r is None]
     if shard and cache is not None:  # ranks may read different caches (one per node): all score what any lacks
         missing = sorted(set().union(*gather_shares(lambda: missing)))
     scored = _score_sequences(model, {i: sequences[i] for i in missing}, pad_id=_pad_id(tokenizer),
                               batch_size=batch_size, max_length=max_length, stride=stride, distribution=distribution,
-                              desc=desc, first_target=first_target, pinned=pinned, shard=shard)
+                              desc=desc, first_target=first_target, pinned=pinned, shard=shard,
+                              scored={i: rendered[i].scored for i in missing} if rendered else None)
     for i, arrays in scored.items():
-        results[i] = TokenStats(arrays.logprob, arrays.mean, arrays.std, len(texts[i].encode("utf-8")))
+        n_bytes = scored_bytes(rendered[i], tokenizer) if rendered else len(texts[i].encode("utf-8"))
+        results[i] = TokenStats(arrays.logprob, arrays.mean, arrays.std, n_bytes)
     _check_finite(results)  # before caching: a broken model's scores are never stored
     if cache is not None and (not shard or is_main_rank()):
         for i in scored:
@@ -358,7 +424,7 @@ def _check_finite(results: Sequence[TokenStats]) -> None:
 def score_losses(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
-    texts: Sequence[str],
+    texts: Sequence[Record],
     *,
     batch_size: int = 8,
     max_length: int | None = None,

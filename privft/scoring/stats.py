@@ -16,14 +16,14 @@ class TokenStats:
     μ and σ are None when the text was scored for its loss alone (``score_texts(..., distribution=False)``).
     """
 
-    token_logprobs: np.ndarray  # log p(x_t | x_<t) of each token of the text
+    token_logprobs: np.ndarray  # log p(x_t | x_<t) of each scored token (every token of a text)
     mean_logprob: np.ndarray | None  # μ_t = E_{v~p(·|x_<t)} log p(v): the model's own expected log p
     std_logprob: np.ndarray | None  # σ_t: standard deviation of log p(v) under the same distribution
-    n_bytes: int  # UTF-8 length of the text
+    n_bytes: int  # UTF-8 length of the text (of a record, of its scored tokens decoded)
 
     @property
     def n_tokens(self) -> int:
-        """Number of scored tokens (all tokens of the text)."""
+        """Number of scored tokens (all tokens of a text; a record's scored tokens, `privft.scoring.render`)."""
         return int(self.token_logprobs.shape[0])
 
     @property
