@@ -308,7 +308,8 @@ def _run_audit(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, split
 
     blind = blind_baseline_scores([record_content(t) for t in texts], y_true, seed=config.seed)
     held_out_on = "validation" if split.validation else "non-members"
-    inputs = AttackInputs(scored_texts(texts, tokenizer) if records else texts, passes.target, passes.reference, passes.lowercase, ref.same_tokenizer,
+    inputs = AttackInputs(scored_texts(texts, tokenizer) if records else texts, passes.target, passes.reference,
+                          passes.lowercase, ref.same_tokenizer,
                           config.min_k_fraction, known_labels=ensemble_known_labels(
                               y_true, config.ensemble_fit_fraction, config.seed), **passes.context)
     scores = {name: get_attack(name)(inputs) for name in names}

@@ -119,7 +119,8 @@ def _load_file(path: Path, text_column: str) -> list[str]:
 def _read_jsonl(path: Path, text_column: str) -> list[str]:
     """Read one JSON object (or string) per non-blank line (lines end at \\n; U+2028 inside a string is text)."""
     numbered = _jsonl_numbered_rows(path)
-    return [_text_of(row, text_column, f"{path}, row {i} (line {line_no})") for i, (line_no, row) in enumerate(numbered)]
+    return [_text_of(row, text_column, f"{path}, row {i} (line {line_no})")
+            for i, (line_no, row) in enumerate(numbered)]
 
 
 def _jsonl_rows(path: Path) -> list[Any]:

@@ -71,8 +71,8 @@ class MembershipSplit:
 
     A side holds texts or conversational records (`privft.data.records`), one format for the whole
     split. Every construction path is validated: the records must be well formed, members and
-    non-members non-empty, and no record may sit on two sides (compared by content). Non-member or validation texts whose
-    word 13-grams are at least `near_duplicate_threshold` (default 0.8, the MIMIR filter) found in
+    non-members non-empty, and no record may sit on two sides (compared by content). Non-member or
+    validation texts whose word 13-grams are at least `near_duplicate_threshold` (default 0.8, the MIMIR filter) found in
     the members are listed in `near_duplicates` and reported with a `NearDuplicateWarning`.
     """
 

@@ -65,7 +65,7 @@ class RecordRendering:
 
     @classmethod
     def from_args(cls, args: Any, scored: str = "completion") -> RecordRendering:
-        """The rendering a trainer with these `TrainingArguments` / `SFTConfig` applies (trl's defaults where absent)."""
+        """The rendering a trainer with these `TrainingArguments` / `SFTConfig` applies (trl's defaults if absent)."""
         defaults = cls()
         return cls(**{f.name: getattr(args, f.name, getattr(defaults, f.name))
                       for f in dataclasses.fields(cls) if f.name != "scored"}, scored=scored)
