@@ -22,8 +22,8 @@ import torch
 from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from privft.ranks import gather_shares, is_main_rank, rank_and_world
 from privft.data.records import Record, check_records
+from privft.ranks import gather_shares, is_main_rank, rank_and_world
 from privft.scoring.cache import StatsCache, model_fingerprint, tokenizer_fingerprint
 from privft.scoring.render import record_rendering, render_records, scored_bytes
 from privft.scoring.start import start_token
