@@ -6,19 +6,18 @@ import json
 
 import numpy as np
 import pytest
-from test_conversations import _records, chat_model_dir, training_tokenizer  # noqa: F401 (fixtures)
+from test_conversations import _records, chat_model_dir, tickets_run, training_tokenizer  # noqa: F401 (fixtures)
 
 from privft.audit import AuditConfig, run_audit
 from privft.callbacks.canary import measure_exposure
-from privft.data import MembershipSplit, load_corpus
+from privft.data import MembershipSplit
 from privft.data.canaries import CanaryError, CanaryPlan, canary_format
 from privft.extraction import ExtractionSettings, canary_extraction
 from privft.extraction.replies import record_replies
 from privft.models import build_tiny_llama
-from privft.pipeline import CanarySettings, DataSettings, RunConfig, run_training
+from privft.pipeline import CanarySettings, run_training
 from privft.scoring import score_texts
 from privft.scoring.render import RecordRendering, render_records, rendering_context
-from privft.training import FinetuneSettings, LoraSettings
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest's: tiny steps are much slower on two threads
 
@@ -116,18 +115,10 @@ def test_extraction_reads_each_records_reply_from_its_prompt(chat_tokenizer, loc
 
 
 def test_privft_train_plants_conversational_canaries_and_audits_extraction(chat_model_dir, tmp_path):  # noqa: F811
-    data = tmp_path / "tickets.jsonl"
-    records = load_corpus("tickets-chat", format="prompt_completion", size=120)
-    data.write_text("\n".join(json.dumps(r) for r in records), encoding="utf-8")
-    config = RunConfig(
-        model=chat_model_dir,
-        data=DataSettings(corpus=None, path=str(data), max_words=None, n_members=24, n_non_members=24,
-                          n_validation=8),
-        training=FinetuneSettings(epochs=2, batch_size=4, max_length=384, output_dir=str(tmp_path / "run"),
-                                  lora=LoraSettings(rank=4, alpha=8, targets=("q_proj", "v_proj"))),
+    config = tickets_run(
+        chat_model_dir, tmp_path,
         audit=AuditConfig(n_bootstrap=20, extraction=ExtractionSettings(suffix_length=16, greedy_max_texts=4)),
-        canaries=CanarySettings(n_canaries=2, copies=2, n_alternatives=30),
-    )
+        canaries=CanarySettings(n_canaries=2, copies=2, n_alternatives=30))
     result = run_training(config)
     report = result.report
     assert report.split["unit"] == "completion tokens of 24 prompt–completion records"

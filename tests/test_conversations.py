@@ -279,21 +279,27 @@ def chat_model_dir(training_tokenizer, tmp_path):
     return str(tmp_path / "base")
 
 
-@pytest.mark.parametrize("defence", ["soft", "dp"])
-def test_privft_train_runs_on_a_file_of_records(chat_model_dir, tmp_path, defence, one_thread):
+def tickets_run(model_dir: str, tmp_path: Path, **sections: object) -> RunConfig:
+    """A `privft train` config on a JSONL of 120 tickets-chat prompt–completion records, 24 vs 24, LoRA r 4."""
     data = tmp_path / "tickets.jsonl"
     records = load_corpus("tickets-chat", format="prompt_completion", size=120)
     data.write_text("\n".join(json.dumps(r) for r in records), encoding="utf-8")
-    config = RunConfig(
-        model=chat_model_dir,
+    return RunConfig(
+        model=model_dir,
         data=DataSettings(corpus=None, path=str(data), max_words=None, n_members=24, n_non_members=24,
                           n_validation=8),
         training=FinetuneSettings(epochs=2, batch_size=4, max_length=384, output_dir=str(tmp_path / "run"),
                                   lora=LoraSettings(rank=4, alpha=8, targets=("q_proj", "v_proj"))),
-        audit=AuditConfig(n_bootstrap=20),
-        soft=SoftSettings(rule="release", paraphraser="neighbour") if defence == "soft" else SoftSettings(),
-        dp=DPSettings(target_epsilon=8.0) if defence == "dp" else DPSettings(),
+        **sections,
     )
+
+
+@pytest.mark.parametrize("defence", ["soft", "dp"])
+def test_privft_train_runs_on_a_file_of_records(chat_model_dir, tmp_path, defence, one_thread):
+    config = tickets_run(
+        chat_model_dir, tmp_path, audit=AuditConfig(n_bootstrap=20),
+        soft=SoftSettings(rule="release", paraphraser="neighbour") if defence == "soft" else SoftSettings(),
+        dp=DPSettings(target_epsilon=8.0) if defence == "dp" else DPSettings())
     result = run_training(config)
     assert result.report.split["unit"] == "completion tokens of 24 prompt–completion records"
     assert MembershipSplit.load(tmp_path / "run" / "split.json").format == "prompt_completion"
