@@ -11,7 +11,10 @@ Targets, read on the real model (SmolLM2-135M, vocabulary 49,152): (b)/(a) <= 1.
 (c)/(b) >= 3. The large-vocabulary case, a randomly initialised decoder with Gemma 3 270M's
 proportions (vocabulary 262,144, hidden 640, tied head; no weights to license), has the same
 (b)/(a) target; its (c) is left out (its full-vocabulary passes would hold ~10 GB of logits).
-The tiny 4k-vocabulary model's ratios are printed as informational. The lowercase attack scores
+The conversational case scores SmolLM2 on tickets-chat prompt–completion records rendered by
+its chat template as trl renders them: (a) reads every token of each record, (b) scores the
+completion tokens from the whole record (one pass per record, as a text), with the same
+(b)/(a) target. The tiny 4k-vocabulary model's ratios are printed as informational. The lowercase attack scores
 other text (the lowercased copy), so it adds its own pass in both designs and is left out of both.
 The tiny model gets a context longer than every text, so all three designs read the same
 sequences: with a shorter one the scorer must cut long texts into overlapping windows, which a
@@ -22,6 +25,7 @@ name and vector extensions) is printed first: record it with every figure.
     python benchmarks/scoring.py                     # more texts of each
     python benchmarks/scoring.py --quick --breakdown # and where the time goes, pass by pass
     python benchmarks/scoring.py --quick --models large-vocab  # one case alone
+    python benchmarks/scoring.py --quick --models smollm2-chat  # the conversational case alone
     python benchmarks/scoring.py --quick --device cuda  # on a GPU (scripts/device_check.sh)
 """
 
@@ -38,14 +42,16 @@ from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
 from privft.attacks import AttackInputs, get_attack
 from privft.data import load_corpus
+from privft.data.records import Record
 from privft.models import build_tiny_llama, load_model, train_bpe_tokenizer
 from privft.scoring import DEFAULT_MAX_LENGTH, score_texts
+from privft.scoring.render import render_records, scored_texts
 
 SUITE = ("loss", "loss_bpb", "zlib", "min_k", "min_k_pp", "ref_ratio", "ref_ratio_bpb")
 PASSES_PER_ATTACK = {name: 2 if name.startswith("ref_ratio") else 1 for name in SUITE}
 BATCH_SIZE = 8
 TINY_CONTEXT = 1024  # longer than every benchmark text (the longest wiki lead is under 400 tiny-BPE tokens)
-MODELS = ("tiny", "smollm2", "large-vocab")
+MODELS = ("tiny", "smollm2", "smollm2-chat", "large-vocab")
 LARGE_VOCAB = 262_144  # Gemma 3's
 HEAD_REPEATS = 5  # turns for each of the breakdown's head-only timings (each a second or two)
 VECTOR_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16", "amx_tile")
@@ -75,11 +81,10 @@ def build_large_vocab(seed: int) -> Gemma3ForCausalLM:
     return Gemma3ForCausalLM(config).eval()
 
 
-def _batches(tokenizer, texts: list[str], device: torch.device | str,
+def _batches(tokenizer, texts: list[Record], device: torch.device | str,
              batch_size: int = BATCH_SIZE) -> list[dict[str, torch.Tensor]]:
-    """Length-sorted, right-padded BOS-prefixed batches on `device`, as the scorer builds them."""
-    ids = [[tokenizer.bos_token_id, *x] for x in tokenizer(texts, add_special_tokens=False)["input_ids"]]
-    ids.sort(key=len, reverse=True)
+    """Length-sorted, right-padded batches on `device` of every token the scorer reads (`render_records`)."""
+    ids = sorted((rendered.input_ids for rendered in render_records(texts, tokenizer)), key=len, reverse=True)
     batches = []
     for start in range(0, len(ids), batch_size):
         chunk = ids[start:start + batch_size]
@@ -139,9 +144,11 @@ def attacks(inputs: AttackInputs) -> None:
         get_attack(name)(inputs)
 
 
-def suite(target, reference, tokenizer, texts) -> None:
-    """(b): privft's scorer once per model, then every attack on the cached statistics."""
-    attacks(AttackInputs(texts, target_pass(target, tokenizer, texts), reference_pass(reference, tokenizer, texts)))
+def suite(target, reference, tokenizer, texts: list[Record]) -> None:
+    """(b): privft's scorer once per model, then every attack on the cached statistics (of records: their scored
+    tokens, decoded, are what zlib and bits per byte read, as in `run_audit`)."""
+    scored = texts if isinstance(texts[0], str) else scored_texts(texts, tokenizer)
+    attacks(AttackInputs(scored, target_pass(target, tokenizer, texts), reference_pass(reference, tokenizer, texts)))
 
 
 def _once(work: Callable[[], None]) -> float:
@@ -210,7 +217,7 @@ def breakdown(target, reference, tokenizer, texts: list[str], batches, repeats: 
     ])
 
 
-def measure(name: str, target, reference, tokenizer, texts: list[str], repeats: int,
+def measure(name: str, target, reference, tokenizer, texts: list[Record], repeats: int,
             show_breakdown: bool = False, with_naive: bool = True) -> tuple[float, float | None]:
     """Print the timings for one model pair and return ((b)/(a), (c)/(b) or None when (c) is left out)."""
     batches = _batches(tokenizer, texts, target.device)
@@ -228,7 +235,8 @@ def measure(name: str, target, reference, tokenizer, texts: list[str], repeats: 
     speedup = naive_seconds[0] / ours if naive_seconds else None
     naive_part = (f"(c) naive {naive_seconds[0]:.2f} s | (b)/(a) {ours / bare:.3f} | (c)/(b) {speedup:.2f}"
                   if naive_seconds else f"(c) naive left out | (b)/(a) {ours / bare:.3f}")
-    print(f"{name}: {len(texts)} texts, {batch_tokens(batches)} tokens | (a) bare {bare:.2f} s | "
+    print(f"{name}: {len(texts)} {'texts' if isinstance(texts[0], str) else 'records'}, {batch_tokens(batches)} "
+          f"tokens | (a) bare {bare:.2f} s | "
           f"(b) suite {ours:.2f} s | {naive_part}", flush=True)
     if show_breakdown:
         print(f"{name} breakdown: {breakdown(target, reference, tokenizer, texts, batches, repeats)}", flush=True)
@@ -262,9 +270,16 @@ def main() -> None:
                               repeats=2, show_breakdown=args.breakdown, with_naive=False)
         lines += [f"large-vocabulary model: random Gemma 3 270M-like, {LARGE_VOCAB:,} vocabulary, on {args.device}",
                   f"large_vocab_suite_over_bare_forward {overhead:.3f} (target <= 1.10)"]
-    if "smollm2" in args.models:
+    if {"smollm2", "smollm2-chat"} & set(args.models):
         target, smol_tokenizer = load_model("smollm2-135m", device=args.device)
         reference, _ = load_model("smollm2-135m", device=args.device)
+    if "smollm2-chat" in args.models:  # the GGUF's own chat template; completion tokens scored (trl's default)
+        records = load_corpus("tickets-chat", format="prompt_completion")[:16 if args.quick else 48]
+        overhead, _ = measure("smollm2-135m on prompt–completion records", target, reference, smol_tokenizer,
+                              records, repeats=2, with_naive=False)
+        lines += [f"conversational case: smollm2-135m, {len(records)} tickets-chat prompt–completion records, "
+                  "completion tokens scored", f"chat_suite_over_bare_forward {overhead:.3f} (target <= 1.10)"]
+    if "smollm2" in args.models:
         overhead, speedup = measure("smollm2-135m", target, reference, smol_tokenizer,
                                     texts[:16 if args.quick else 48], repeats=2, show_breakdown=args.breakdown)
         lines += [f"headline model: smollm2-135m on {args.device}", f"naive_over_suite {speedup:.2f} (target >= 3)",

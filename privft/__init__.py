@@ -3,9 +3,10 @@
 import importlib
 
 from privft.epsilon_audit import epsilon_lower_bound
+from privft.fdp_audit import fdp_epsilon_lower_bound
 
 __version__ = "0.1.0"
-__all__ = ["GatePolicy", "Verdict", "epsilon_lower_bound"]
+__all__ = ["GatePolicy", "Verdict", "epsilon_lower_bound", "fdp_epsilon_lower_bound"]
 _IMPORTED_ON_USE = {"GatePolicy": "privft.gate", "Verdict": "privft.gate"}  # the gate imports the audit stack
 
 

@@ -32,6 +32,7 @@ from privft.ranks import is_main_rank
 from privft.report import AuditReport, BasePerplexity, PerplexityResult
 from privft.scoring import StatsCache, TokenStats, score_texts, single_token_warning, start_token_record
 from privft.scoring.render import SCORED, RecordRendering, record_rendering, rendering_context, scored_texts
+from privft.task_accuracy import TaskSettings, measure_task_accuracy
 
 
 @dataclass
@@ -54,6 +55,7 @@ class AuditConfig:
     # Conversational records: which tokens the attacks score (privft.scoring.render.SCORED): "completion" (the
     # trained tokens), "prompt" (the untrained rest: were these customers' prompts trained on?) or "all".
     scored: str = "completion"
+    task: TaskSettings | None = None  # task accuracy on held-out tickets-chat records; None: off, TaskSettings(): on
 
     def __post_init__(self) -> None:
         """Refuse settings the audit would only trip over after training and scoring."""
@@ -181,6 +183,7 @@ class AuditPasses:
     held_out: list[TokenStats]  # perplexity: the validation texts, else the non-members
     context: dict[str, Any]  # ReCaLL, CON-ReCaLL and neighbourhood statistics (`AuditContext.statistics`)
     base_held_out: list[TokenStats] | None = None  # the held-out texts under the reference (same tokenizer only)
+    test: list[TokenStats] | None = None  # the test side's trained tokens, when the split has one
 
 
 def score_passes(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, split: MembershipSplit,
@@ -216,7 +219,8 @@ def score_passes(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, spl
     held_out = (target[len(split.members):] if reuse
                 else score(model, tokenizer, held_out_texts, "perplexity", trained=True))
     extra = context.statistics(texts, lambda items, desc, prefix: score(model, tokenizer, items, desc, prefix), needed)
-    return AuditPasses(target, reference_stats, lowercase, held_out, extra, base_held_out)
+    test = score(model, tokenizer, split.test, "test perplexity", trained=True) if split.test else None
+    return AuditPasses(target, reference_stats, lowercase, held_out, extra, base_held_out, test)
 
 
 def held_out_perplexity(held_out: Sequence[TokenStats], on: str, config: AuditConfig) -> PerplexityResult:
@@ -270,6 +274,8 @@ def run_audit(
     with itself with adapters disabled. A `context` adds ReCaLL, CON-ReCaLL and neighbourhood
     statistics through the same scorer. Attacks that leave texts unscored (NaN: the Ensemble's
     fitting part, a text without usable neighbours) are measured on the rest, with a note giving the counts.
+    A split's test side is scored for its perplexity alone; `config.task` adds task accuracy on held-out
+    tickets (`privft.task_accuracy`).
 
     The steps: the reference (`audit_reference`), the attacks the inputs allow (`select_attacks`),
     the passes they read (`score_passes`), the attack scores, and the report.
@@ -318,6 +324,8 @@ def _run_audit(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, split
         extraction = run_extraction(model, tokenizer, texts, y_true, passes.target, config.extraction,
                                     seed=config.seed, batch_size=config.batch_size)
         notes.extend(extraction.notes)
+    task = (measure_task_accuracy(model, tokenizer, split, config.task, batch_size=config.batch_size)
+            if config.task is not None else None)
     for warning in (split.near_duplicate_warning,  # scored as non-members, they read like members
                     single_token_warning([record_content(t) for t in texts], [s.n_tokens for s in passes.target])):
         if warning:
@@ -329,12 +337,15 @@ def _run_audit(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, split
         config=asdict(config),
         split={"source": split.source, "seed": split.seed, "n_members": len(split.members),
                "n_non_members": len(split.non_members), "n_validation": len(split.validation),
+               **({"n_test": len(split.test)} if split.test else {}),
                **({"format": split.format, "scored": config.scored, "unit": rendering.describe(split.members)}
                   if records else {})},
         blind_baseline=measure("blind baseline", blind, y_true, config, notes),
         attacks={name: measure(name, values, y_true, config, notes) for name, values in scores.items()},
         perplexity=held_out_perplexity(passes.held_out, held_out_on, config),
         base_perplexity=base_perplexity(passes, ref, held_out_on, config),
+        test_perplexity=held_out_perplexity(passes.test, "test", config) if passes.test else None,
+        task_accuracy=task,
         scores={"blind_baseline": blind, **scores},
         labels=y_true,
         text_sha256=[text_sha256(t) for t in texts],

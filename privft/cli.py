@@ -176,6 +176,11 @@ def _gate(args: argparse.Namespace) -> None:
     if not args.report:
         print("privft gate: give REPORT (a report.json or its folder), or --write-default POLICY.", file=sys.stderr)
         raise SystemExit(2)
+    missing = [card for card in args.model_card or () if not Path(card).is_dir()]
+    if missing:  # before judging: a typo in a card's folder would otherwise create that folder
+        print(f"privft gate: --model-card {', '.join(missing)}: not an existing folder; give the folder that holds "
+              "the model card (its README.md), e.g. the run's model/ folder.", file=sys.stderr)
+        raise SystemExit(2)
     try:
         verdict = check(args.report, load_yaml(GatePolicy, args.policy) if args.policy else GatePolicy())
     except (ValueError, OSError) as error:  # an unreadable report or policy cannot be judged: exit 2, not 1 (fail)
@@ -379,7 +384,8 @@ def build_parser() -> argparse.ArgumentParser:
     train_shadows.add_argument("--index-from-env", metavar="VAR",
                                help="read --index from environment variable VAR: an array job's task index, e.g. "
                                     "SLURM_ARRAY_TASK_ID (docs/gpu.md)")
-    train_shadows.add_argument("--missing", action="store_true", help="train every shadow without stored losses")
+    train_shadows.add_argument("--missing", action="store_true",
+                               help="train every shadow not done: no losses yet, or corrupt")
     train_shadows.add_argument("--overwrite", action="store_true", help="retrain --index even if it is done")
     train_shadows.set_defaults(run=_shadows_train)
 

@@ -2,8 +2,8 @@
 
 Each cell is one `privft.pipeline.run_training` run (same split, canaries and audit settings; the
 defence and its settings differ) written to `<cells_dir>/<slug>/` (default `<output_dir>/cells`),
-with its table row in `cell.json`. A rerun skips every cell whose `cell.json` exists for the same config, so an
-interrupted comparison resumes where it stopped. The results go into one table
+with its table row in `cell.json`. A rerun skips every cell whose `cell.json` exists for the same config and
+data, so an interrupted comparison resumes where it stopped. The results go into one table
 (`compare.md`, `compare.json`), one privacy–utility plot (`compare.png`) and, with two LoRA
 ranks or more, the rank curve (`compare-rank.png`).
 """
@@ -16,7 +16,7 @@ import json
 import math
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,22 +25,31 @@ import numpy as np
 from transformers import PreTrainedModel, TrainerCallback
 
 from privft.audit import run_audit
-from privft.config import from_dict, save_yaml, to_dict
+from privft.clock import Clock
+from privft.config import config_changes, describe_changes, from_dict, save_yaml, to_dict
 from privft.defend.rules import get_rule
 from privft.io import atomic_write_bytes, atomic_write_text
-from privft.metrics import AttackMetrics, evaluate_attack, paired_auc_difference, paired_perplexity_ratio
+from privft.metrics import (AccuracyResult, AttackMetrics, evaluate_attack, paired_auc_difference,
+                            paired_perplexity_ratio)
 from privft.models import cache_dir, load_model
 from privft.paper.adaptive import adaptive_scores
 from privft.paraphrase import ParaphraseCache
 from privft.pipeline import RunConfig, RunResult, load_split, record_rendering_of, run_training, soft_paraphraser
 from privft.report import package_versions
+from privft.run_folder import changed_sides, recorded_hashes
 from privft.scoring import StatsCache, start_token_rule
 from privft.scoring.render import rendering_context
+from privft.tune import TuneSettings, check_tunable, run_tuned
 
 MIN_PERPLEXITY_GAIN = 0.01
 """A cell whose validation perplexity is not at least 1 % below the pretrained model's did not learn."""
 
 NO_TRAINING = "no meaningful training"
+HELD_OUT_NOTE = ("Test ppl: corpus perplexity on the split's test texts, which neither training, nor the audit, nor "
+                 "SOFT's threshold, nor tuning read; test ppl ÷ LoRA's pairs it with plain LoRA's as above. Task "
+                 "accuracy: the share of held-out tickets (the test side, else validation) whose greedy reply gives "
+                 "the ticket's fix and no other, with a Wilson 95 % interval and counts; the pretrained row is the "
+                 "base model's.")
 PRETRAINED = "pretrained (not fine-tuned)"
 
 
@@ -49,12 +58,14 @@ class CellSpec:
     """A named cell of its own: the base run (no defence) with the settings in `set` changed.
 
     Keys are dotted paths into `RunConfig`, e.g. ``{"soft.rule": "release", "soft.mode": "rewrite-only"}``;
-    they are checked like the YAML's own keys.
+    they are checked like the YAML's own keys. With `tune`, the cell chooses its learning rate and epoch by
+    validation loss and audits that checkpoint (`privft.tune`).
     """
 
     name: str
-    family: str = "soft"  # the plot's colour group: "lora", "full", "soft" or "dp"
+    family: str = "soft"  # the plot's colour group: "lora", "full", "soft", "dp" or "goldfish"
     set: dict[str, Any] = field(default_factory=dict)
+    tune: TuneSettings | None = None  # None: one run at the cell's training.learning_rate and epochs
 
 
 @dataclass
@@ -109,8 +120,9 @@ class Cell:
     """One run of the grid."""
 
     name: str  # shown in the table, e.g. "DP-LoRA ε=1 (r=16)"
-    family: str  # "full", "lora", "soft" or "dp"
+    family: str  # "full", "lora", "soft", "dp" or "goldfish"
     config: RunConfig
+    tune: TuneSettings | None = None  # the learning rates it is tuned over, or None for one run
 
     @property
     def slug(self) -> str:
@@ -126,7 +138,8 @@ def slug(name: str) -> str:
 def grid_cells(config: CompareConfig) -> list[Cell]:
     """Every cell: the pretrained model (audited, not trained), plain LoRA at the base rank, then the grid.
 
-    The base run's own defences (`run.soft.rule`, `run.dp.target_epsilon`) are ignored. Unless
+    The base run's own defences (`run.soft.rule`, `run.dp.target_epsilon`, `run.goldfish.k`) are ignored
+    (a cell turns one on, e.g. ``{name: Goldfish k=4, family: goldfish, set: {goldfish.k: 4}}``). Unless
     `run.audit.cache_dir` says otherwise, every cell caches its token statistics in one folder
     beside the cells, so the base model's passes (the pretrained row, every LoRA cell's
     reference) are computed once per grid.
@@ -140,7 +153,8 @@ def grid_cells(config: CompareConfig) -> list[Cell]:
     audit = run.audit if run.audit.cache_dir else dataclasses.replace(run.audit,
                                                                       cache_dir=str(cells_dir.parent / "stats-cache"))
     base = dataclasses.replace(run, soft=dataclasses.replace(run.soft, rule=None),
-                               dp=dataclasses.replace(run.dp, target_epsilon=None), audit=audit)
+                               dp=dataclasses.replace(run.dp, target_epsilon=None),
+                               goldfish=dataclasses.replace(run.goldfish, k=None), audit=audit)
 
     def cell(name: str, family: str, training: dict[str, Any] | None = None, **changes: Any) -> Cell:
         training = dataclasses.replace(base.training, **(training or {}), output_dir=str(cells_dir / slug(name)))
@@ -170,6 +184,12 @@ def grid_cells(config: CompareConfig) -> list[Cell]:
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
         raise ValueError(f"Cell name(s) {repeated} appear twice in the grid; give grid.cells unique names.")
+    folders: dict[str, str] = {}
+    for each in cells:
+        other = folders.setdefault(each.slug, each.name)
+        if other != each.name:
+            raise ValueError(f"Cells {other!r} and {each.name!r} would share one folder, {cells_dir / each.slug} "
+                             "(folder names ignore case and punctuation); rename one of them in grid.cells.")
     return cells
 
 
@@ -191,9 +211,17 @@ def _named_cell(spec: CellSpec, base: RunConfig) -> Cell:
                              f"{'.'.join(parents) or 'the run'}: {sorted(node)}.")
         node[leaf] = value
     try:
-        return Cell(spec.name, spec.family, from_dict(RunConfig, data, where=f"grid.cells {spec.name!r}"))
+        cell = Cell(spec.name, spec.family, from_dict(RunConfig, data, where=f"grid.cells {spec.name!r}"), spec.tune)
     except ValueError as error:
         raise ValueError(f"grid.cells {spec.name!r}: {error}") from None
+    if spec.tune is not None:
+        check_tunable(cell.config, f"grid.cells {spec.name!r}")
+    split = {f"data.{key}": change for key, change in base.data.split_changes(cell.config.data).items()}
+    if split:
+        raise ValueError(f"grid.cells {spec.name!r} sets {describe_changes(split)}, which draws another split than "
+                         "the grid's run.data: its row would not compare with the others. Drop that key from the "
+                         "cell, or give the changed data a grid of its own (run.data, another output_dir).")
+    return cell
 
 
 def _attack_summary(metrics: AttackMetrics) -> dict[str, Any]:
@@ -233,10 +261,14 @@ def cell_row(cell: Cell, result: RunResult) -> dict[str, Any]:
         "strongest_attack": strongest, "strongest": _attack_summary(report.attacks[strongest]),
         "mean_over_attacks": _mean_summary(report.attacks), "attacks": sorted(report.attacks),
         "perplexity": report.perplexity.value, "perplexity_on": report.perplexity.on,
+        "test_perplexity": report.test_perplexity.value if report.test_perplexity else None,
+        "task_accuracy": report.task_accuracy.accuracy.to_dict() if report.task_accuracy else None,
+        "task_accuracy_on": report.task_accuracy.on if report.task_accuracy else None,
         "blind_baseline_auc": report.blind_baseline.auc.auc,
         "blind_baseline_ci": [report.blind_baseline.auc.ci_low, report.blind_baseline.auc.ci_high],
         "distribution_shift": report.distribution_shift,
         "canary_exposure": report.canary_exposure, "train_seconds": result.train_seconds,
+        "train_cpu_seconds": result.train_cpu_seconds, "resumed_from": result.resumed_from,
         "split": report.split, "report": str(result.output_dir / "report.json"),
     }
 
@@ -251,8 +283,9 @@ def audit_pretrained(config: RunConfig) -> RunResult:
     split = load_split(config.data)
     model, tokenizer = load_model(config.model)
     report = run_audit(model, tokenizer, split, reference=model, config=config.audit, model_name=config.model)
+    split.save(out / "split.json")  # the texts it audited, which a rerun checks the data against
     report.save(out)
-    return RunResult(report, out, train_seconds=0.0)
+    return RunResult(report, out, train_seconds=0.0, train_cpu_seconds=0.0)
 
 
 @dataclass
@@ -282,12 +315,16 @@ class AdaptiveAudit(TrainerCallback):
     def __init__(self, config: RunConfig, settings: AdaptiveSettings) -> None:
         self.config, self.settings = config, settings
         self.result: dict[str, Any] | None = None
-        self.seconds = 0.0  # the attackers' own time (their rewrites included), kept out of the training time
+        self.clock = Clock()  # the attackers' own time (their rewrites included), kept out of the training time
 
     def on_train_end(self, args: Any, state: Any, control: Any, model: PreTrainedModel | None = None,
                      processing_class: Any = None, **kwargs: Any) -> None:
         """Score the subsample with the non-adaptive Ratio attack and both adaptive attackers."""
-        started = time.perf_counter()
+        with self.clock.span():
+            self.result = self._attack(model, processing_class)
+
+    def _attack(self, model: PreTrainedModel, tokenizer: Any) -> dict[str, Any]:
+        """Each attacker's AUC and TPR on the subsample."""
         config, settings = self.config, self.settings
         split = load_split(config.data)
         rng = np.random.default_rng(settings.seed)
@@ -298,15 +335,13 @@ class AdaptiveAudit(TrainerCallback):
         swaps = {"fraction": settings.attacker_fraction} if config.soft.paraphraser == "neighbour" else {}
         reference = load_model(config.model)[0]
         cache = StatsCache(config.audit.cache_dir) if config.audit.cache_dir else None
-        scores = adaptive_scores(model.eval(), reference, processing_class, texts, soft_paraphraser(config, **swaps),
+        scores = adaptive_scores(model.eval(), reference, tokenizer, texts, soft_paraphraser(config, **swaps),
                                  prefix_keep_ratio=config.soft.prefix_keep_ratio, cache=cache,
                                  paraphrase_cache=ParaphraseCache(cache_dir() / "paraphrases"),
                                  batch_size=config.audit.batch_size)
-        self.result = {name: _attack_summary(evaluate_attack(labels, values, max_fprs=config.audit.max_fprs,
-                                                             n_bootstrap=config.audit.n_bootstrap,
-                                                             seed=config.audit.seed))
-                       for name, values in scores.items()}
-        self.seconds = time.perf_counter() - started
+        return {name: _attack_summary(evaluate_attack(labels, values, max_fprs=config.audit.max_fprs,
+                                                      n_bootstrap=config.audit.n_bootstrap, seed=config.audit.seed))
+                for name, values in scores.items()}
 
 
 def _finish_rows(rows: list[dict[str, Any]], reference_perplexity: float) -> None:
@@ -329,6 +364,10 @@ def _finish_rows(rows: list[dict[str, Any]], reference_perplexity: float) -> Non
         row["vs_lora"] = _paired_vs(baseline["per_text"], lora["strongest_attack"], report["per_text"]) if paired \
             else None
         row["perplexity_vs_lora"] = _perplexity_vs(baseline["perplexity"], held_out) if paired else None
+        test = report.get("test_perplexity")  # the test side's, in reports of splits that have one
+        row["test_perplexity_ci"] = [test["ci_low"], test["ci_high"]] if test else None
+        row["test_perplexity_vs_lora"] = (_perplexity_vs(baseline["test_perplexity"], test)
+                                          if paired and test and baseline.get("test_perplexity") else None)
 
 
 def _perplexity_vs(baseline: dict[str, Any], held_out: dict[str, Any]) -> dict[str, Any] | None:
@@ -363,13 +402,39 @@ def _finished_row(path: Path, cell: Cell) -> dict[str, Any] | None:
         return None
     row = json.loads(path.read_text(encoding="utf-8"))
     try:
-        same = from_dict(RunConfig, row["config"], saved=True) == cell.config
-    except (ValueError, TypeError):  # a key this version no longer knows
-        same = False
-    if not same:
-        raise ValueError(f"{path} was produced by a different config for cell {cell.name!r}; use a new "
-                         "cells_dir, or delete that cell's folder to re-run it.")
+        changes = describe_changes(config_changes(from_dict(RunConfig, row["config"], saved=True), cell.config))
+    except (ValueError, TypeError) as error:  # a key this version no longer knows
+        changes = f"a config this version cannot read: {error}"
+    if changes:
+        raise ValueError(f"{path} was produced by other settings for cell {cell.name!r} ({changes}). Restore them to "
+                         "use the finished cell; to run the new settings beside it, give the grid another cells_dir "
+                         "(or, for a cell of grid.cells, another name). The finished cell stays as it is.")
+    recorded = row["tune"]["learning_rates"] if row.get("tune") else None
+    if recorded != (list(cell.tune.learning_rates) if cell.tune else None):
+        raise ValueError(f"{path} was tuned over learning rates {recorded} for cell {cell.name!r}, which is now "
+                         f"tuned over {list(cell.tune.learning_rates) if cell.tune else None}. Restore its tune to use "
+                         "the finished cell, or give the new tune another cell name (or cells_dir).")
     return row
+
+
+def _check_same_data(config: CompareConfig, cells: list[Cell]) -> None:
+    """Refuse a grid whose data changed since some of its cells ran, naming the data, changed sides and cells."""
+    recorded = {cell.name: hashes for cell in cells
+                if (hashes := recorded_hashes(Path(cell.config.training.output_dir))) is not None}
+    if not recorded:
+        return
+    split = load_split(config.run.data)
+    changed: dict[str, list[str]] = {}
+    for name, hashes in recorded.items():
+        sides = changed_sides(hashes, split)
+        if sides:
+            changed.setdefault(sides, []).append(name)
+    if changed:
+        found = "; ".join(f"other {sides} than cell(s) {', '.join(map(repr, names))} ran on"
+                          for sides, names in changed.items())
+        raise ValueError(f"The data changed since cells of {config.output_dir} ran: {split.source} now gives {found}. "
+                         "Restore that data file to resume the grid, or give the new data a grid of its own (another "
+                         "output_dir and cells_dir); the cells that ran stay as they are.")
 
 
 def _progress(index: int, cells: list[Cell], todo: list[Cell], seconds: list[float]) -> str:
@@ -403,15 +468,16 @@ def run_compare(config: CompareConfig, *, finished_only: bool = False, only: Seq
     `finished_only` runs nothing. Either way the table holds every finished cell and names the pending ones.
     """
     out = Path(config.output_dir)
-    save_yaml(config, out / "compare.yaml")
     cells = grid_cells(config)
     paths = [config.cells_path / cell.slug / "cell.json" for cell in cells]
     rows: list[dict[str, Any] | None] = [_finished_row(path, cell) for path, cell in zip(paths, cells)]
+    _check_same_data(config, cells)
     chosen = [] if finished_only else cells_to_run(cells, only)
     todo = [cell for cell, row in zip(cells, rows) if row is None and cell in chosen]
     if finished_only and not all(rows[:2]):
         raise ValueError(f"The pretrained and plain-LoRA cells of {config.output_dir} have not finished; run "
                          "`privft compare` without --finished-only first.")
+    save_yaml(config, out / "compare.yaml")  # only once every check passed: a refused config replaces no record
     ran, seconds = [], []
     for index, (cell, path) in enumerate(zip(cells, paths)):
         if cell not in todo:
@@ -419,18 +485,24 @@ def run_compare(config: CompareConfig, *, finished_only: bool = False, only: Seq
         print(_progress(index, cells, todo, seconds), flush=True)
         start = time.perf_counter()
         adaptive = AdaptiveAudit(cell.config, config.grid.adaptive) if config.grid.adaptive.n_members else None
+        tuned = None  # a tuned cell's selection: its learning rate, epoch and grid
         # The pretrained row and its adaptive attackers read the cell's start token and record rendering too.
         with start_token_rule(cell.config.start_token), rendering_context(record_rendering_of(cell.config)):
             if cell.family == "pretrained":
                 result = audit_pretrained(cell.config)
+            elif cell.tune is not None:
+                result, tuned = run_tuned(cell.config, cell.tune, extra_callbacks=[adaptive] if adaptive else [])
             else:
                 result = run_training(cell.config, extra_callbacks=[adaptive] if adaptive else [])
         seconds.append(time.perf_counter() - start)
         row = cell_row(cell, result)
         if adaptive:  # its attackers run at the end of training, inside the training clock: not training time
-            row["train_seconds"] -= adaptive.seconds
-        rows[index] = {**row, "adaptive": adaptive.result if adaptive else None,
-                       "adaptive_seconds": adaptive.seconds if adaptive else None, "cell_seconds": seconds[-1]}
+            row["train_seconds"] -= adaptive.clock.seconds
+            row["train_cpu_seconds"] -= adaptive.clock.cpu_seconds
+        if tuned:  # its cost is every learning rate's run: the audit resumes the chosen checkpoint and trains no step
+            row.update({key: tuned[key] for key in ("train_seconds", "train_cpu_seconds", "resumed_from")})
+        rows[index] = {**row, "tune": tuned, "adaptive": adaptive.result if adaptive else None,
+                       "adaptive_seconds": adaptive.clock.seconds if adaptive else None, "cell_seconds": seconds[-1]}
         atomic_write_text(path, json.dumps(rows[index], indent=1))
         todo.remove(cell)
         ran.append(cell.name)
@@ -448,9 +520,11 @@ def _comparison(cells: list[Cell], rows: list[dict[str, Any] | None], ran: list[
 def _write_outputs(comparison: Comparison) -> Comparison:
     """Check the rows share one split, finish them, and write compare.json, compare.md and compare.png."""
     out = comparison.output_dir
-    splits = {json.dumps(row["split"], sort_keys=True) for row in comparison.rows}
-    if len(splits) != 1:
-        raise ValueError("The cells were audited on different splits; every cell must share run.data.")
+    first = comparison.rows[0]
+    others = [row["name"] for row in comparison.rows if row["split"] != first["split"]]
+    if others:
+        raise ValueError(f"Cell(s) {', '.join(map(repr, others))} were audited on another split than "
+                         f"{first['name']!r} ({first['split']}); every cell must share run.data.")
     _finish_rows(comparison.rows, comparison.pretrained_perplexity)
     atomic_write_text(out / "compare.json", json.dumps(comparison.to_dict(), indent=1))
     atomic_write_text(out / "compare.md", comparison_table(comparison))
@@ -478,10 +552,28 @@ def _delta(vs: dict[str, Any] | None) -> str:
     return f"{vs['difference']:+.3f} [{vs['ci'][0]:+.3f}, {vs['ci'][1]:+.3f}]{mark}"
 
 
-def _perplexity(row: dict[str, Any]) -> str:
-    """Validation perplexity, with its bootstrap interval where the report kept per-text losses."""
-    ci = row.get("perplexity_ci")
-    return f"{row['perplexity']:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
+def _perplexity(row: dict[str, Any], key: str = "perplexity") -> str:
+    """Validation (or `key`'s) perplexity, with its bootstrap interval where the report kept per-text losses."""
+    if row.get(key) is None:
+        return "n/a"
+    ci = row.get(f"{key}_ci")
+    return f"{row[key]:.2f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
+
+
+def _task_accuracy(row: dict[str, Any]) -> str:
+    """Task accuracy with its Wilson interval and counts; n/a where the cell did not measure it."""
+    return AccuracyResult(**row["task_accuracy"]).format() if row.get("task_accuracy") else "n/a"
+
+
+def _held_out_columns(rows: list[dict[str, Any]]) -> dict[str, Callable[[dict[str, Any]], str]]:
+    """The test-side utility columns the rows measured, by header: none for a grid without a test side or task."""
+    columns: dict[str, Callable[[dict[str, Any]], str]] = {}
+    if any(row.get("test_perplexity") is not None for row in rows):
+        columns["Test ppl [95 % CI]"] = lambda row: _perplexity(row, "test_perplexity")
+        columns["test ppl ÷ LoRA's [paired 95 % CI]"] = lambda row: _ratio(row.get("test_perplexity_vs_lora"))
+    if any(row.get("task_accuracy") for row in rows):
+        columns["Task accuracy [95 % CI] (k/n)"] = _task_accuracy
+    return columns
 
 
 def _ratio(vs: dict[str, Any] | None) -> str:
@@ -504,10 +596,11 @@ def comparison_table(comparison: Comparison) -> str:
     rows = comparison.rows
     fprs = [t["max_fpr"] for t in rows[0]["strongest"]["tpr"]]
     fpr_names = [f"{f * 100:g} %" for f in fprs]
+    held_out = _held_out_columns(rows)
     header = ["Cell", "ε (δ)", "Strongest attack: AUC [95 % CI]", *[f"TPR@{f}" for f in fpr_names],
               "ΔAUC vs LoRA [paired 95 % CI]", "Mean AUC", *[f"Mean TPR@{f}" for f in fpr_names],
-              "Val. ppl [95 % CI]", "ppl ÷ LoRA's [paired 95 % CI]", "Gain kept", "Canary exposure",
-              "Train s", "× LoRA", "Note"]
+              "Val. ppl [95 % CI]", "ppl ÷ LoRA's [paired 95 % CI]", *held_out, "Gain kept", "Canary exposure",
+              "Train s", "CPU s", "× LoRA", "Note"]
     split = rows[0]["split"]
     lines = [f"{split['n_members']} members vs {split['n_non_members']} non-members (split: {split['source']}, "
              f"seed {split['seed']}); every cell audited with the same attacks ({', '.join(rows[0]['attacks'])}). "
@@ -521,6 +614,7 @@ def comparison_table(comparison: Comparison) -> str:
             epsilon = "0 (not trained)"
         notes = ([] if row["learned"] else [NO_TRAINING]) + (["⚠ distribution shift"] if row["distribution_shift"]
                                                              else [])
+        notes += [_tuned(row)] if row.get("tune") else []
         overhead = f"{row['overhead_vs_lora']:.2f}" if row["overhead_vs_lora"] is not None else "n/a"
         gain = f"{row['gain_share']:.0%}" if row.get("gain_share") is not None else "n/a"
         exposure = row.get("canary_exposure")
@@ -530,8 +624,9 @@ def comparison_table(comparison: Comparison) -> str:
                  f"{row['strongest_attack']} {s['auc']:.3f} [{s['auc_ci'][0]:.2f}, {s['auc_ci'][1]:.2f}]",
                  *[_rate(t) for t in s["tpr"]], _delta(row.get("vs_lora")), f"{m['auc']:.3f}",
                  *[_rate(t, mean=True) for t in m["tpr"]],
-                 _perplexity(row), _ratio(row.get("perplexity_vs_lora")), gain, exposure,
-                 f"{row['train_seconds']:.0f}", overhead, "; ".join(notes)]
+                 _perplexity(row), _ratio(row.get("perplexity_vs_lora")),
+                 *[column(row) for column in held_out.values()], gain, exposure,
+                 _seconds(row, "train_seconds"), _seconds(row, "train_cpu_seconds"), overhead, "; ".join(notes)]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "TPR cells: rate (true positives / members) at the best threshold whose FPR stays within the "
                   "ceiling on the evaluated non-members, and the 95 % upper bound on that threshold's FPR for new "
@@ -540,7 +635,9 @@ def comparison_table(comparison: Comparison) -> str:
                   "DP-LoRA (∞: no DP guarantee). × LoRA: training time over plain LoRA at the base rank (audits "
                   "excluded, and so is SOFT's paraphrasing, done once before training and cached; the adaptive "
                   "attackers too in cells that record their time as adaptive_seconds, while earlier cells include "
-                  "it). "
+                  "it). CPU s: the training process's CPU seconds over the same span as Train s (all its threads), "
+                  "which time spent waiting for a core held by other work does not inflate (n/a: a cell run before "
+                  "they were recorded). "
                   f"{NO_TRAINING}: validation perplexity not at least {MIN_PERPLEXITY_GAIN:.0%} below the "
                   "pretrained model's. ΔAUC vs LoRA: the cell's AUC minus plain LoRA's on plain LoRA's strongest "
                   "attack, over the same texts, with a paired bootstrap interval (✱: excludes 0). Val. ppl: corpus "
@@ -549,10 +646,44 @@ def comparison_table(comparison: Comparison) -> str:
                   "(✱: excludes 1; n/a where the report predates per-text losses). Gain kept: the "
                   "share of plain LoRA's perplexity gain the cell keeps. Canary exposure: mean over canaries, of the "
                   "most a rank among the alternatives can show."]
+    if held_out:
+        lines += ["", HELD_OUT_NOTE]
+    if any(row.get("tune") for row in rows):
+        lines += ["", TUNED_NOTE]
+    if any(row.get("resumed_from") for row in rows):
+        lines += ["", "†: the cell resumed from a checkpoint after a restart; its times, and its × LoRA, count the "
+                      "part after the restart only."]
     if comparison.pending:
         lines += ["", "Pending cells (not yet run; rerun `privft compare` to resume): "
                       f"{', '.join(comparison.pending)}."]
     return "\n".join(lines) + "\n" + adaptive_table(rows)
+
+
+TUNED_NOTE = ("Tuned rows: one run of the cell's epochs per learning rate, each epoch's checkpoint evaluated on the "
+              "validation texts; the (learning rate, epoch) of least validation loss is audited (compare.json's "
+              "`tune.grid` holds every rate × epoch loss). A tuned plain LoRA row is early stopping. Their Train s "
+              "and CPU s count every learning rate's run; their validation perplexity read the texts that chose "
+              "them, so it flatters them. DP-LoRA rows choose the learning rate at the last epoch (the noise is "
+              "calibrated to all of them), and choosing on the private data spends privacy their ε does not count.")
+
+
+def _tuned(row: dict[str, Any]) -> str:
+    """A tuned row's note: the learning rate and epoch chosen, the grid's size, and DP's uncounted privacy."""
+    tune = row["tune"]
+    kind = "early stopping: " if row["family"] == "lora" else ""
+    among = (f"{len(tune['grid'])} lr × epoch" if tune["epochs_tuned"]
+             else f"{len(tune['learning_rates'])} lr at the last epoch")
+    note = (f"tuned ({kind}lr {tune['learning_rate']:g}, epoch {tune['epoch']}/{tune['of_epochs']}, "
+            f"least val. loss of {among})")
+    return note + (f"; ⚠ {tune['uncounted_privacy']}" if tune.get("uncounted_privacy") else "")
+
+
+def _seconds(row: dict[str, Any], key: str) -> str:
+    """A cell's training seconds (wall or CPU), † when it resumed from a checkpoint; n/a where not recorded."""
+    value = row.get(key)
+    if value is None:
+        return "n/a"
+    return f"{value:.0f}" + (" †" if row.get("resumed_from") else "")
 
 
 def adaptive_table(rows: list[dict[str, Any]]) -> str:
@@ -576,7 +707,7 @@ def adaptive_table(rows: list[dict[str, Any]]) -> str:
 
 
 FAMILY_STYLE = {"pretrained": ("grey", "*"), "lora": ("tab:blue", "o"), "full": ("tab:red", "s"),
-                "soft": ("tab:green", "^"), "dp": ("tab:purple", "D")}
+                "soft": ("tab:green", "^"), "dp": ("tab:purple", "D"), "goldfish": ("tab:orange", "v")}
 
 
 def privacy_utility_png(comparison: Comparison) -> bytes:
@@ -613,8 +744,8 @@ def privacy_utility_png(comparison: Comparison) -> bytes:
 
 
 def _lora_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The plain LoRA rows, by rank."""
-    lora = [row for row in rows if row["family"] == "lora"]
+    """The plain LoRA rows, by rank (tuned ones aside: each rank's curve point is its one-run cell)."""
+    lora = [row for row in rows if row["family"] == "lora" and not row.get("tune")]
     return sorted(lora, key=lambda row: row["config"]["training"]["lora"]["rank"])
 
 

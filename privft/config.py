@@ -48,6 +48,25 @@ def to_dict(config: Any) -> dict[str, Any]:
     return plain(dataclasses.asdict(config))
 
 
+def config_changes(old: Any, new: Any) -> dict[str, tuple[Any, Any]]:
+    """The settings that differ between two configs of one type, by dotted key: (old value, new value).
+
+    Sections in both are compared key by key; a section on one side only (e.g. `training.lora: null`) is one change.
+    """
+    def diff(before: Any, after: Any, prefix: str) -> dict[str, tuple[Any, Any]]:
+        if not (isinstance(before, dict) and isinstance(after, dict)):
+            return {} if before == after else {prefix: (before, after)}
+        return {key: change for name in [*before, *(k for k in after if k not in before)]
+                for key, change in diff(before.get(name), after.get(name), f"{prefix}.{name}".lstrip(".")).items()}
+
+    return diff(to_dict(old), to_dict(new), "")
+
+
+def describe_changes(changes: dict[str, tuple[Any, Any]]) -> str:
+    """`config_changes` as one line: "training.epochs: 2 → 3; data.seed: 0 → 1"."""
+    return "; ".join(f"{key}: {old!r} → {new!r}" for key, (old, new) in changes.items())
+
+
 def _convert(value: Any, annotation: Any, where: str, saved: bool = False) -> Any:
     """Build a value of type `annotation` from plain YAML data."""
     origin = typing.get_origin(annotation)
@@ -108,11 +127,34 @@ def from_dict(cls: type[T], data: dict[str, Any], where: str = "config", *, save
         raise ConfigError(f"{where}.{error}") from None
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.SafeLoader refusing a key given twice in one mapping, where it would keep the last value silently."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        """The mapping of `node`, once no key of its own (merged `<<` keys aside) occurs twice in it."""
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                duplicate = key in seen
+            except TypeError:  # an unhashable key: SafeLoader refuses it itself
+                continue
+            if duplicate:
+                raise yaml.constructor.ConstructorError(
+                    "while reading a mapping", node.start_mark,
+                    f"found the key {key!r} twice (first on line {seen[key]}), where the last value would silently "
+                    "replace the first: keep one", key_node.start_mark)
+            seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep)
+
+
 def load_yaml(cls: type[T], path: str | Path) -> T:
-    """Read a YAML file into dataclass `cls`."""
+    """Read a YAML file into dataclass `cls`; a key given twice in one mapping is refused."""
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader) or {}
     except yaml.YAMLError as error:
         raise ConfigError(f"{path} is not valid YAML: {error}") from error
     if not isinstance(data, dict):

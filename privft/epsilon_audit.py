@@ -118,13 +118,7 @@ def audit_one_run(scores: ArrayLike, included: ArrayLike, delta: float, *, confi
     """
     values, inside = _check_scores(scores, included)
     m = len(values)
-    if (k_plus is None) != (k_minus is None):
-        raise ValueError("Give both k_plus and k_minus (a guess count fixed in advance), or neither for the "
-                         "pre-declared grid.")
-    if k_plus is not None:
-        strategies = [(k_plus, k_minus)]
-    else:
-        strategies = sorted({(max(1, int(f * m) // 2),) * 2 for f in DEFAULT_GUESS_FRACTIONS})
+    strategies = guess_strategies(m, k_plus, k_minus)
     level = 1 - (1 - confidence) / len(strategies)
     results = []
     for plus, minus in strategies:
@@ -137,6 +131,16 @@ def audit_one_run(scores: ArrayLike, included: ArrayLike, delta: float, *, confi
         n_correct=correct, k_plus=plus, k_minus=minus, delta=delta, confidence=confidence,
         n_strategies=len(strategies), ceiling=epsilon_lower_bound(m, largest, largest, delta, level),
     )
+
+
+def guess_strategies(n_canaries: int, k_plus: int | None = None, k_minus: int | None = None) -> list[tuple[int, int]]:
+    """The (k₊, k₋) pairs an audit tries: the one fixed in advance, or the pre-declared grid's."""
+    if (k_plus is None) != (k_minus is None):
+        raise ValueError("Give both k_plus and k_minus (a guess count fixed in advance), or neither for the "
+                         "pre-declared grid.")
+    if k_plus is not None:
+        return [(k_plus, k_minus)]
+    return sorted({(max(1, int(f * n_canaries) // 2),) * 2 for f in DEFAULT_GUESS_FRACTIONS})
 
 
 def _check_counts(n_canaries: int, n_guesses: int, n_correct: int) -> None:

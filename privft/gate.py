@@ -6,15 +6,12 @@ its limit and pass / fail / not measured. A limit the policy sets on something t
 measure makes the verdict "cannot judge", as does an audit below the minimum counts or a blind
 baseline above chance: a release cannot pass by being too small, or too shifted, to measure.
 
-The report.json keys read, each defensively (a missing key is "not measured"): `split`
-(`n_members`, `n_non_members`), `blind_baseline.auc`, `distribution_shift`, `training_steps`,
-`attacks.*.tpr_at_fpr` (`max_fpr`, `true_positives`, `n_members`), `canary_exposure`
-(`max_exposure`, `max_measurable`), `extraction` (`greedy.summary.members`: `approximate`,
-`n_decoded`; `probabilistic[*].summary.members.at_least_once`; `canaries[*]`: `greedy`, `beam`),
-`epsilon_audit` (`epsilon_lower_bound`, `accountant_epsilon`) and `training` (`privft train`'s
-record; its `dp` when there is no dp.json beside the report). Beside a "cannot judge" the verdict
-shows the strongest attack's `attacks.*.auc` (`auc`, `ci_low`, `ci_high`) and `tpr_at_fpr` (`tpr`):
-measured, though not judged.
+The report.json and dp.json fields read, with their types, are `privft.gate_input`'s `REPORT` and
+`DP`: a section left out is "not measured"; a field of the wrong type, or one privft always writes
+missing from its section, is refused before judging (`MalformedReportError`, "cannot judge"),
+naming the file and the field. On every DP run the guarantee's δ (a repeated text's group δ) is
+held below 1/N, N its training sequences, whatever `max_epsilon` asks. Beside a "cannot judge"
+the verdict shows the strongest attack's AUC, its interval and TPR: measured, though not judged.
 """
 
 from __future__ import annotations
@@ -30,6 +27,7 @@ from typing import Any
 import yaml
 
 from privft.config import require, to_dict
+from privft.gate_input import DP, REPORT, MalformedReportError, Required, check_shape
 from privft.metrics import clopper_pearson
 from privft.report import AuditReport, read_report, split_description
 
@@ -79,6 +77,10 @@ class GatePolicy:
     max_epsilon: float | None = field(default=None, metadata=_doc(
         "Highest DP accountant epsilon (dp.json; the group epsilon of a text present several times). A model "
         "trained without DP fails it."))
+    max_delta_times_n: float = field(default=1.0, metadata=_doc(
+        "Checked on every DP run, whatever max_epsilon: its δ (the group δ of a text present several times) times N, "
+        "its training sequences, must be below this. At δ ≥ 1/N publishing one random training sequence verbatim "
+        "meets the guarantee, so 1 (δ < 1/N) is the loosest; 0.1 asks δ < 1/(10 N)."))
     require_epsilon_lower_bound: bool = field(default=False, metadata=_doc(
         "Require the one-run empirical epsilon lower bound on a DP run (canaries.one_run). Whether required or "
         "not, a measured bound above the accountant's epsilon fails: the guarantee would be contradicted."))
@@ -102,6 +104,8 @@ class GatePolicy:
                 "must map sample counts (at least 1) to chances in [0, 1], e.g. {100: 0.01}.")
         require(self.max_epsilon is None or self.max_epsilon > 0, "max_epsilon", self.max_epsilon,
                 "must be positive, or null to not check it.")
+        require(0 < self.max_delta_times_n <= 1, "max_delta_times_n", self.max_delta_times_n,
+                "must be in (0, 1]: above 1 it would pass a δ ≥ 1/N, a guarantee that means nothing.")
 
 
 def policy_yaml(policy: GatePolicy) -> str:
@@ -128,10 +132,12 @@ class Criterion:
     evidence: str
     at_least: bool = False  # the limit is a minimum (counts), not a maximum
     precondition: bool = False  # when it does not pass the report cannot be judged, rather than failing
+    strict: bool = False  # a number equal to the limit fails: it must be below it (or above, with at_least)
 
     def limit_text(self) -> str:
-        """The limit as shown, e.g. '≤ 0.05' or '≥ 1,000'; '—' when there is none."""
-        return "—" if self.limit is None else f"{'≥' if self.at_least else '≤'} {_number(self.limit)}"
+        """The limit as shown, e.g. '≤ 0.05', '< 0.0033' or '≥ 1,000'; '—' when there is none."""
+        sign = ('>' if self.at_least else '<') if self.strict else ('≥' if self.at_least else '≤')
+        return "—" if self.limit is None else f"{sign} {_number(self.limit)}"
 
     def row(self) -> str:
         """A Markdown table row: criterion, number, limit, result, evidence."""
@@ -147,13 +153,15 @@ def _number(value: float) -> str:
 
 
 def _judge(name: str, value: float | None, limit: float | None, evidence: str, *, at_least: bool = False,
-           precondition: bool = False) -> Criterion:
+           precondition: bool = False, strict: bool = False) -> Criterion:
     """A criterion whose status follows from its number and limit (not measured when there is no number)."""
     if value is None:
         status = NOT_MEASURED
+    elif strict:
+        status = PASS if (value > limit if at_least else value < limit) else FAIL
     else:
         status = PASS if (value >= limit if at_least else value <= limit) else FAIL
-    return Criterion(name, value, limit, status, evidence, at_least, precondition)
+    return Criterion(name, value, limit, status, evidence, at_least, precondition, strict)
 
 
 @dataclass(frozen=True)
@@ -217,28 +225,53 @@ class Verdict:
 
 
 def load_audit(report: AuditReport | Mapping[str, Any] | str | Path) -> tuple[dict[str, Any], dict | None, str]:
-    """The report as a dict, the DP summary beside it (dp.json, else the report's training record), and its name."""
+    """The report as a dict, the DP summary beside it (dp.json, else the report's training record), and its name.
+
+    A report or dp.json the gate cannot read is refused with `MalformedReportError`, naming the file and the field.
+    """
     dp = None
     if isinstance(report, AuditReport):
         data, source = report.to_dict(), f"audit of {report.model or 'an unnamed model'} ({report.created})"
+        file = source
     elif isinstance(report, Mapping):
         data, source = dict(report), f"audit of {report.get('model') or 'an unnamed model'}"
+        file = source
     else:
-        path = Path(report)
-        folder = path if path.is_dir() else path.parent
-        if not (folder / "report.json").is_file():
-            raise FileNotFoundError(f"No audit report at {report}: give the report.json that privft audit or "
-                                    "privft train wrote, or its folder.")
+        folder = _report_folder(Path(report))
+        file = str(folder / "report.json")
         try:
             data = read_report(folder)  # refuses a report.md or roc.png from another save
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{folder / 'report.json'} is not an audit report (invalid JSON: {error}).") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise MalformedReportError(f"{file} is not an audit report (invalid JSON: {error}).") from None
         if (folder / "dp.json").is_file():
-            dp = json.loads((folder / "dp.json").read_text(encoding="utf-8"))
-        source = str(folder / "report.json") + (" and dp.json" if dp else "")
-    if not isinstance(data.get("attacks"), Mapping) or not isinstance(data.get("split"), Mapping):
-        raise ValueError(f"{source} is not a privft audit report: it has no 'attacks' and 'split' entries.")
+            dp = _read_dp(folder / "dp.json")
+        source = file + (" and dp.json" if dp else "")
+    check_shape(data, REPORT, file)
     return data, dp if dp is not None else (data.get("training") or {}).get("dp"), source
+
+
+def _report_folder(path: Path) -> Path:
+    """The folder of the report.json at `path` (the file, or its folder); another file is refused, not read as it."""
+    if path.is_file() and path.name != "report.json":  # e.g. split.json: its folder's report.json is another file
+        raise ValueError(f"{path} is not a report.json: expected the report.json that privft audit or privft train "
+                         "wrote, or its run folder.")
+    folder = path if path.is_dir() else path.parent
+    if not path.exists() or not (folder / "report.json").is_file():
+        raise FileNotFoundError(f"No audit report at {path}: give the report.json that privft audit or "
+                                "privft train wrote, or its folder.")
+    return folder
+
+
+def _read_dp(path: Path) -> dict[str, Any]:
+    """DP-LoRA's dp.json beside a report, its fields checked as the gate reads them."""
+    try:
+        dp = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise MalformedReportError(f"{path} is not valid JSON ({error}), so the gate cannot judge the DP guarantee "
+                                   "it states: its write was interrupted or it was edited; rerun the training run "
+                                   "that wrote it.") from None
+    check_shape(dp, Required(DP), str(path))
+    return dp
 
 
 def check(report: AuditReport | Mapping[str, Any] | str | Path, policy: GatePolicy | None = None) -> Verdict:
@@ -262,7 +295,7 @@ def strongest_attack(data: Mapping[str, Any]) -> str | None:
     name, metrics = max(measured.items(), key=lambda item: item[1]["auc"]["auc"])
     auc = metrics["auc"]
     interval = f" [{auc['ci_low']:.3f}, {auc['ci_high']:.3f}]" if auc.get("ci_low") is not None else ""
-    tprs = "".join(f"; TPR {_tpr_text(entry)}" for entry in metrics.get("tpr_at_fpr", []))
+    tprs = "".join(f"; TPR {_tpr_text(entry)}" for entry in metrics.get("tpr_at_fpr") or [])
     return f"Measured, not judged: the strongest attack, {name}, reaches AUC {auc['auc']:.3f}{interval}{tprs}."
 
 
@@ -313,8 +346,8 @@ def _tpr_criteria(data: Mapping[str, Any], policy: GatePolicy) -> list[Criterion
     for ceiling, limit in sorted(policy.max_tpr_at_fpr.items(), reverse=True):
         name = f"TPR @ FPR ≤ {ceiling * 100:g} %, strongest attack (upper {policy.confidence * 100:g} % bound)"
         entries = {attack: entry for attack, metrics in data["attacks"].items()
-                   for entry in metrics.get("tpr_at_fpr", []) if math.isclose(entry["max_fpr"], ceiling)}
-        estimable = {a: e for a, e in entries.items() if e.get("true_positives") is not None}
+                   for entry in metrics.get("tpr_at_fpr") or [] if math.isclose(entry["max_fpr"], ceiling)}
+        estimable = {a: e for a, e in entries.items() if None not in (e.get("true_positives"), e.get("tpr"))}
         bounds = {a: clopper_pearson(e["true_positives"], e["n_members"], policy.confidence)[1]
                   for a, e in estimable.items()}
         if not bounds:
@@ -325,7 +358,7 @@ def _tpr_criteria(data: Mapping[str, Any], policy: GatePolicy) -> list[Criterion
         strongest = max(bounds, key=bounds.get)
         e = estimable[strongest]
         evidence = (f"{strongest}: {e['true_positives']}/{e['n_members']} members (point {e['tpr']:.4f}) at "
-                    f"{e['false_positives']}/{e['n_non_members']} non-members")
+                    f"{e.get('false_positives', '?')}/{e['n_non_members']} non-members")
         criterion = _judge(name, bounds[strongest], limit, evidence)
         unknown = sorted(set(entries) - set(estimable))
         if unknown and criterion.status == PASS:  # one of them may be the strongest
@@ -355,7 +388,6 @@ def _exposure_criterion(data: Mapping[str, Any], limit: float) -> Criterion:
 def _extraction_criteria(data: Mapping[str, Any], policy: GatePolicy) -> list[Criterion]:
     """Greedy and probabilistic extraction of members, and canary extraction, from report.json's `extraction`."""
     extraction = data.get("extraction") or {}
-    missing = "the report has no {}: set audit.extraction (and plant canaries for canary extraction)"
     found = []
     if policy.max_extraction_rate is not None:
         name = f"greedy extraction, members (upper {policy.confidence * 100:g} % bound)"
@@ -368,32 +400,64 @@ def _extraction_criteria(data: Mapping[str, Any], policy: GatePolicy) -> list[Cr
                                 f"({members.get('exact', '?')} exactly); non-members {others.get('approximate', '?')}"
                                 f"/{others.get('n_decoded', '?')}"))
         else:
-            found.append(_judge(name, None, policy.max_extraction_rate, missing.format("greedy extraction of members")))
+            found.append(_judge(name, None, policy.max_extraction_rate, _no_greedy_extraction(extraction)))
     for n, limit in sorted(policy.max_sampled_extraction.items()):
         name = f"sampled extraction in {n} samples, members (mean chance)"
-        measured = [(entry["summary"]["members"]["at_least_once"][str(n)], entry)
-                    for entry in extraction.get("probabilistic") or ()
-                    if (entry.get("summary") or {}).get("members", {}).get("at_least_once", {}).get(str(n)) is not None]
+        entries = extraction.get("probabilistic") or []
+        measured = [(chance, entry) for entry in entries
+                    if (chance := (_members(entry).get("at_least_once") or {}).get(str(n))) is not None]
         if not measured:
-            found.append(_judge(name, None, limit, f"n = {n} is not among audit.extraction.n_samples"
-                                if extraction.get("probabilistic") else missing.format("probabilistic extraction")))
+            found.append(_judge(name, None, limit, _no_sampled_extraction(entries, n)))
             continue
         chance, worst = max(measured, key=lambda m: m[0])
-        control = worst["summary"].get("non_members", {}).get("at_least_once", {}).get(str(n))
+        control = (((worst["summary"].get("non_members") or {}).get("at_least_once") or {}).get(str(n)))
         found.append(_judge(name, chance, limit, f"worst of {len(measured)} prefix length(s): k = "
                                                  f"{worst.get('prefix_length', '?')}, over "
-                                                 f"{worst['summary']['members'].get('n_long_enough', '?')} members; "
+                                                 f"{_members(worst).get('n_long_enough', '?')} members; "
                                                  f"non-members {'?' if control is None else f'{control:.4g}'}"))
     if policy.max_canaries_extracted is not None:
         name = "canaries extracted (greedy or beam decoding)"
         canaries = extraction.get("canaries")
         if not canaries:
-            found.append(_judge(name, None, policy.max_canaries_extracted, missing.format("canary extraction")))
+            found.append(_judge(name, None, policy.max_canaries_extracted, "the report has no canary extraction: "
+                                "set audit.extraction and plant canaries (canaries.n_canaries)"))
         else:
             extracted = sum(bool(c.get("greedy") or c.get("beam")) for c in canaries)
             found.append(_judge(name, extracted, policy.max_canaries_extracted,
                                 f"{extracted} of {len(canaries)} canaries' secrets decoded from their template prefix"))
     return found
+
+
+def _members(entry: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The members' summary of one extraction entry; empty when it has none."""
+    return (entry.get("summary") or {}).get("members") or {}
+
+
+TOO_SHORT = ("none of the {} members has the {} tokens it reads, so none was measured: audit longer texts "
+             "(data.max_words), or lower {}")
+
+
+def _no_greedy_extraction(extraction: Mapping[str, Any]) -> str:
+    """Why no member's greedy extraction was measured: no extraction, no greedy decoding, or no member long enough."""
+    greedy = extraction.get("greedy")
+    if not extraction:
+        return "the report has no extraction: set audit.extraction"
+    if not greedy:
+        return "the audit's extraction ran without greedy decoding: set audit.extraction.greedy: true"
+    read = f"{greedy.get('prefix_length', 'k')} + {greedy.get('suffix_length', 'm')}"
+    return "greedy extraction ran, but " + TOO_SHORT.format(_members(greedy).get("n_texts", "?"), read,
+                                                            "audit.extraction.greedy_prefix_length and suffix_length")
+
+
+def _no_sampled_extraction(entries: list[Mapping[str, Any]], n: int) -> str:
+    """Why no member's chance in `n` samples was measured: no extraction, n not asked for, or no member long enough."""
+    if not entries:
+        return "the report has no probabilistic extraction: set audit.extraction"
+    if all(str(n) not in (_members(entry).get("at_least_once") or {}) for entry in entries):
+        return f"n = {n} is not among audit.extraction.n_samples"
+    lengths = " or ".join(f"{entry.get('prefix_length', 'k')} + {entry.get('suffix_length', 'm')}" for entry in entries)
+    return "probabilistic extraction ran, but " + TOO_SHORT.format(
+        _members(entries[0]).get("n_texts", "?"), lengths, "audit.extraction.prefix_lengths and suffix_length")
 
 
 def _accountant_epsilon(data: Mapping[str, Any], dp: Mapping[str, Any] | None) -> tuple[float | None, str]:
@@ -412,9 +476,41 @@ def _accountant_epsilon(data: Mapping[str, Any], dp: Mapping[str, Any] | None) -
     return None, "no dp.json beside the report and no training record: whether it was trained with DP is unknown"
 
 
+def _delta_criterion(data: Mapping[str, Any], dp: Mapping[str, Any], policy: GatePolicy) -> Criterion:
+    """A DP run's δ (a repeated text's group δ) below 1/N: at δ ≥ 1/N its guarantee means nothing, whatever ε."""
+    n = dp.get("n_examples") or (data.get("training") or {}).get("n_training_texts")
+    copies = dp.get("max_multiplicity") or 1
+    grouped = copies > 1 and dp.get("group_delta") is not None
+    which = (f"group δ of a text present {copies} times (δ = {dp['delta']:.2g} per sequence)" if grouped
+             else "δ per training sequence")
+    name = "DP accountant δ"
+    if not n:
+        return _judge(name, None, None, f"{which}; neither dp.json nor the training record gives N, the number of "
+                                        "training sequences, to hold it below 1/N")
+    return _judge(name, dp["group_delta"] if grouped else dp["delta"], policy.max_delta_times_n / n,
+                  f"{which}, N = {n:,} training sequences: at δ ≥ 1/N publishing one random training sequence "
+                  "verbatim meets the guarantee", strict=True)
+
+
+def _one_run_bound(one_run: Mapping[str, Any]) -> tuple[float | None, str]:
+    """The tighter of the one-run audit's lower bounds on ε, and which analysis gave it.
+
+    Steinke et al.'s bound holds for any mechanism; the f-DP (Gaussian) bound of Mahloujifar et
+    al. is tighter for DP-SGD, whose privacy is Gaussian-shaped, and is read at the run's δ, so it
+    is used only for canaries of one copy (a canary of k copies is judged on its group guarantee).
+    """
+    steinke = one_run.get("epsilon_lower_bound")
+    fdp = (one_run.get("fdp") or {}).get("epsilon_lower_bound") if (one_run.get("copies") or 1) == 1 else None
+    if steinke is None or fdp is None:
+        return steinke, "Steinke et al.'s analysis"
+    if fdp > steinke:
+        return fdp, f"the tighter analysis, f-DP (Gaussian; Steinke et al.'s, assumption-free: {steinke:.2f})"
+    return steinke, f"the tighter analysis, Steinke et al.'s (f-DP: {fdp:.2f})"
+
+
 def _epsilon_criteria(data: Mapping[str, Any], dp: Mapping[str, Any] | None, policy: GatePolicy) -> list[Criterion]:
-    """The accountant's ε against its limit, and the one-run empirical lower bound against the accountant's ε."""
-    found = []
+    """δ below 1/N on a DP run, the accountant's ε against its limit, and the one-run lower bound against that ε."""
+    found = [_delta_criterion(data, dp, policy)] if dp else []
     accountant, evidence = _accountant_epsilon(data, dp)
     if policy.max_epsilon is not None:
         found.append(_judge("DP accountant ε", accountant, policy.max_epsilon, evidence))
@@ -427,12 +523,14 @@ def _epsilon_criteria(data: Mapping[str, Any], dp: Mapping[str, Any] | None, pol
     else:
         against = accountant
     name = "empirical ε lower bound (one run) ≤ accountant ε"
-    lower = one_run.get("epsilon_lower_bound")
+    lower, analysis = _one_run_bound(one_run)
     if lower is not None:
         counts = (f"{one_run.get('n_correct', '?')}/{one_run.get('n_guesses', '?')} guesses right on "
-                  f"{one_run.get('n_canaries', '?')} canaries")
+                  f"{one_run.get('n_canaries', '?')} canaries; {analysis}")
         if math.isfinite(against):
-            found.append(_judge(name, lower, against, f"{counts}; against {evidence}"))
+            broken = ("; ABOVE THE ACCOUNTANT'S ε: the DP implementation or its accounting is broken"
+                      if lower > against else "")
+            found.append(_judge(name, lower, against, f"{counts}; against {evidence}{broken}"))
         else:
             found.append(Criterion(name, lower, None, NOT_APPLICABLE, f"{counts}; {evidence}: the bound is a floor "
                                                                        "on leakage with no ceiling to contradict"))
@@ -442,4 +540,14 @@ def _epsilon_criteria(data: Mapping[str, Any], dp: Mapping[str, Any] | None, pol
         else:
             found.append(_judge(name, None, against, "the report has no one-run ε audit: plant canaries with "
                                                      "canaries.one_run set"))
+    white_box = data.get("gradient_epsilon_audit") or {}
+    lower, analysis = _one_run_bound(white_box)
+    if lower is not None and white_box.get("accountant_epsilon") is not None:  # DP-LoRA's own gradient canaries
+        limit = white_box["accountant_epsilon"]
+        broken = ("; ABOVE THE ACCOUNTANT'S ε: the DP implementation or its accounting is broken"
+                  if lower > limit else "")
+        found.append(_judge("white-box ε lower bound (gradient canaries) ≤ accountant ε", lower, limit,
+                            f"{white_box.get('n_correct', '?')}/{white_box.get('n_guesses', '?')} guesses right on "
+                            f"{white_box.get('n_canaries', '?')} gradient canaries; {analysis}; against the "
+                            f"accountant's per-sequence ε{broken}"))
     return found

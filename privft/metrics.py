@@ -1,4 +1,4 @@
-"""Membership-inference audit metrics: AUC with bootstrap CI, TPR at low FPR, perplexity with bootstrap CI.
+"""Audit metrics: AUC with bootstrap CI, TPR at low FPR, perplexity with bootstrap CI, accuracy with Wilson CI.
 
 Conventions: labels are 1 = member, 0 = non-member; a higher score means "more likely a member".
 """
@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy.stats import beta
+from scipy.stats import beta, norm
 from sklearn.metrics import roc_auc_score, roc_curve
 
 DEFAULT_MAX_FPRS: tuple[float, ...] = (0.01, 0.001, 0.0001)
@@ -220,6 +220,51 @@ def clopper_pearson(successes: int, trials: int, confidence: float = 0.95) -> tu
     else:
         high = beta.ppf(1 - alpha / 2, successes + 1, trials - successes)
     return float(low), float(high)
+
+
+@dataclass(frozen=True)
+class AccuracyResult:
+    """A share of correct outcomes with its Wilson score interval and the counts behind it."""
+
+    accuracy: float
+    ci_low: float
+    ci_high: float
+    n_correct: int
+    n_total: int
+    confidence: float = 0.95
+
+    def to_dict(self) -> dict:
+        """Return the fields as a plain dict."""
+        return asdict(self)
+
+    def format(self) -> str:
+        """Render e.g. '0.625 [0.31, 0.86] (5/8)'."""
+        return f"{self.accuracy:.3f} [{self.ci_low:.2f}, {self.ci_high:.2f}] ({self.n_correct}/{self.n_total})"
+
+
+def wilson_interval(successes: int, trials: int, confidence: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval for the proportion successes / trials (Wilson 1927): fair at 0 and n, unlike Wald's."""
+    if trials < 1 or not 0 <= successes <= trials:
+        raise ValueError(f"wilson_interval needs 0 <= successes <= trials and trials >= 1, got {successes}/{trials}; "
+                         "measure at least one example")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    z = float(norm.ppf(1 - (1 - confidence) / 2))
+    p, spread = successes / trials, z * z / trials
+    centre = (p + spread / 2) / (1 + spread)
+    half = z * math.sqrt(p * (1 - p) / trials + spread / (4 * trials)) / (1 + spread)
+    return (0.0 if successes == 0 else centre - half), (1.0 if successes == trials else centre + half)
+
+
+def accuracy_with_ci(correct: ArrayLike, *, confidence: float = 0.95) -> AccuracyResult:
+    """The share of true entries of `correct` (one bool per example), with its Wilson score interval."""
+    flags = np.asarray(correct)
+    if flags.ndim != 1 or flags.dtype != bool:
+        raise ValueError(f"correct must be a 1-D array of bools (one per example), got dtype {flags.dtype} and shape "
+                         f"{flags.shape}")
+    n_correct, n_total = int(flags.sum()), len(flags)
+    low, high = wilson_interval(n_correct, n_total, confidence)
+    return AccuracyResult(n_correct / n_total, low, high, n_correct, n_total, confidence)
 
 
 def threshold_fpr_upper_bound(false_positives: int, n_non_members: int, confidence: float = 0.95) -> float:

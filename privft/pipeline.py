@@ -1,28 +1,33 @@
-"""`privft train config.yaml`: split, plant canaries, fine-tune (optionally with SOFT or DP-LoRA), audit, save."""
+"""`privft train config.yaml`: split, plant canaries, fine-tune (with SOFT, DP-LoRA or Goldfish if set), audit, save."""
 
 from __future__ import annotations
 
 import json
-import time
+import math
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from transformers import TrainerCallback
+from transformers import PreTrainedTokenizerBase, TrainerCallback
 
 from privft.audit import AuditConfig
 from privft.callbacks.audit import PrivacyAuditCallback, fine_tuned_name, write_model_card_section
 from privft.callbacks.canary import CanaryCallback
+from privft.callbacks.one_run import gradient_canary_epsilon_audit
 from privft.callbacks.soft import SelectiveObfuscationCallback, prepare_soft
-from privft.config import SAVED_BEFORE, from_dict, require, to_dict
+from privft.clock import Clock
+from privft.config import SAVED_BEFORE, config_changes, describe_changes, from_dict, require, to_dict
 from privft.data import MembershipSplit
 from privft.data.canaries import CanaryPlan, canary_format
-from privft.data.records import FORMATS
+from privft.data.canary_designs import CANARY_DESIGNS
+from privft.data.designed_canaries import designed_plan
+from privft.data.records import FORMATS, Record
 from privft.data.pii import PII_FORMATS, PIICanaryPlan
 from privft.data.sources import load_source
 from privft.defend.evidence import finding_for
+from privft.defend.goldfish import GoldfishSettings, add_goldfish
 from privft.defend.rules import check_schedule, get_rule
 from privft.defend.schedule import SoftSchedule, check_loss_source
 from privft.dp import DPSettings, make_private
@@ -34,10 +39,11 @@ from privft.paraphrase import ParaphraseCache, Paraphraser, build_paraphraser, o
 from privft.paraphrase.obfuscate import FAILED_REWRITES, MODES, ObfuscationResult
 from privft.paraphrase.registry import PARAPHRASERS, get_paraphraser
 from privft.report import AuditReport, package_versions
+from privft.run_folder import check_same_data
 from privft.scoring import check_start_rule, start_token_record, start_token_rule
 from privft.scoring.render import RecordRendering, record_rendering, rendering_context
 from privft.training import FinetuneSettings, build_trainer, last_complete_checkpoint, tokenize_for_training
-from privft.training_record import DPRecord, SoftRecord, TrainingRecord
+from privft.training_record import DPRecord, GoldfishRecord, SoftRecord, TrainingRecord
 
 
 @dataclass
@@ -52,6 +58,9 @@ class DataSettings:
     n_members: int = 200
     n_non_members: int = 200
     n_validation: int = 50
+    # Texts held out of everything but the final utility measurement (test perplexity, task accuracy): not trained
+    # on, not audited, not read by SOFT's threshold or tuning. 0 draws the split as before the setting existed.
+    n_test: int = 0
     seed: int = 0
     # The records' format (privft.data.records.FORMATS: text, prompt_completion, messages); auto detects it.
     format: str = "auto"
@@ -62,6 +71,10 @@ class DataSettings:
     def __post_init__(self) -> None:
         """Refuse an unknown record format now, before any file is read."""
         require(self.format in ("auto", *FORMATS), "format", self.format, f"must be one of {('auto', *FORMATS)}.")
+
+    def split_changes(self, other: DataSettings) -> dict[str, tuple[Any, Any]]:
+        """The settings by which `other` draws another split than these (every one but assistant_only_loss)."""
+        return {key: change for key, change in config_changes(self, other).items() if key != "assistant_only_loss"}
 
 
 @dataclass
@@ -80,14 +93,23 @@ class CanarySettings:
     # A kind of personal data (privft.data.pii.PII_FORMATS: name, email, phone, card, account) for realistic secrets
     # instead of digits; the digit template above then gives way to the kind's own, and alphabet/secret_length go.
     kind: str | None = None
+    # How the secrets are drawn (privft.data.canary_designs.CANARY_DESIGNS): "random" is the digits above; "rare",
+    # "new", "unigram" and "bigram" (Panda et al. 2025) draw secret_length tokens from the tokenizer and the training
+    # records, once the model is loaded.
+    design: str = "random"
 
     def __post_init__(self) -> None:
-        """Refuse an unknown PII kind now, before a split or a manifest is written."""
+        """Refuse an unknown PII kind or design now, before a split or a manifest is written."""
         require(self.kind is None or self.kind in PII_FORMATS, "kind", self.kind,
                 f"must be one of {sorted(PII_FORMATS)}, or null for digit secrets.")
         digits = (self.alphabet, self.secret_length) == (CanarySettings.alphabet, CanarySettings.secret_length)
         require(self.kind is None or digits, "kind", self.kind, "is set, so the format decides the secrets: leave "
                 "alphabet and secret_length at their defaults (they apply to digit secrets only).")
+        require(self.design in CANARY_DESIGNS, "design", self.design,
+                f"is not a registered canary design; the registered ones are {sorted(CANARY_DESIGNS)}.")
+        require(self.design == "random" or (self.kind is None and self.alphabet == CanarySettings.alphabet),
+                "design", self.design, "draws the secrets itself: leave kind null and alphabet at its default, or "
+                "set design: random.")
 
 
 @dataclass
@@ -154,6 +176,7 @@ class RunConfig:
     audit: AuditConfig = field(default_factory=AuditConfig)
     audit_every_n_epochs: int | None = None
     dp: DPSettings = field(default_factory=DPSettings)
+    goldfish: GoldfishSettings = field(default_factory=GoldfishSettings)  # Goldfish loss, off unless goldfish.k
     gate: GatePolicy | None = None  # release criteria checked at the end of the run ({} for the default policy)
     # The token every text starts from, in training and scoring (privft.scoring.start_token_rule): "auto" (the
     # tokenizer's own prepended token, else <|endoftext|>, else EOS), "bos-else-eos" (runs saved before this setting
@@ -168,6 +191,8 @@ class RunConfig:
         if self.dp.target_epsilon is not None and self.soft.rule is not None:
             raise ValueError("dp.target_epsilon and soft.rule are both set: SOFT selects samples by their loss "
                              "outside DP-SGD, which the DP guarantee does not cover; use one of the two.")
+        # Goldfish loss with DP-LoRA is allowed: a sequence's mask depends on its own ids alone, so its clipped
+        # gradient still depends on that sequence only and the accountant's ε holds (`add_goldfish`).
         most_sequences = self.data.n_members + self.canaries.n_canaries * self.canaries.copies
         if self.dp.target_epsilon is not None and self.training.batch_size >= most_sequences:
             raise ValueError(f"training.batch_size={self.training.batch_size} must be below the number of training "
@@ -176,18 +201,30 @@ class RunConfig:
         if self.audit_every_n_epochs is not None and self.audit_every_n_epochs < 1:
             raise ValueError(f"audit_every_n_epochs={self.audit_every_n_epochs} must be a positive integer, or null "
                              "for the final audit only.")
+        if self.audit.task is not None and not (self.data.n_test or self.data.n_validation):
+            raise ValueError("audit.task is set but data.n_test and data.n_validation are 0: task accuracy reads "
+                             "held-out tickets never trained on; set data.n_test (or data.n_validation), or drop "
+                             "audit.task.")
+        unaudited = sorted(ceiling for ceiling in (self.gate.max_tpr_at_fpr if self.gate else {})
+                           if not any(math.isclose(ceiling, fpr) for fpr in self.audit.max_fprs))
+        if unaudited:  # the gate matches ceilings as it does here; refused now, not as "cannot judge" after training
+            raise ValueError(f"gate.max_tpr_at_fpr limits FPR ceiling(s) {unaudited} that audit.max_fprs = "
+                             f"{list(self.audit.max_fprs)} does not measure; add them to audit.max_fprs, or drop them "
+                             "from gate.max_tpr_at_fpr.")
 
 
 @dataclass
 class RunResult:
     """What a run produced: the final audit (with canary exposure), the SOFT selections, the training time."""
 
-    report: AuditReport
+    report: AuditReport | None  # None for a tuning run (`train_epochs`), which is not audited
     output_dir: Path
     train_seconds: float  # trainer.train() without the audits run inside it
     soft_history: list[dict] = field(default_factory=list)
     privacy: dict | None = None  # DP-LoRA's guarantee and settings (privft.dp.DPLoraEngine.summary), if private
     verdict: Verdict | None = None  # the release gate's, when the config has a `gate` policy
+    train_cpu_seconds: float | None = None  # the process's CPU seconds over the same span (privft.clock.Clock)
+    resumed_from: str | None = None  # the checkpoint a resumed run restarted from: both times count after it only
 
 
 def training_record(config: RunConfig, n_texts: int, soft: SelectiveObfuscationCallback | None,
@@ -207,12 +244,14 @@ def training_record(config: RunConfig, n_texts: int, soft: SelectiveObfuscationC
             n_skipped_failed=last.get("n_skipped_failed_rewrites", 0))
     canaries = config.canaries
     planted = (f"{canaries.n_canaries} canaries × {canaries.copies} copies"
+               + (f" ({canaries.design} design)" if canaries.design != "random" else "")
                + (", each inserted with probability ½ (one-run ε audit)" if canaries.one_run else ""))
     return TrainingRecord(
         method="DP-LoRA" if privacy else "LoRA" if lora else "full fine-tuning", epochs=config.training.epochs,
         n_training_texts=n_texts, lora_rank=lora.rank if lora else None, lora_alpha=lora.alpha if lora else None,
         lora_targets=tuple(lora.targets) if lora else None, soft=soft_record,
         dp=DPRecord.from_summary(privacy) if privacy else None,
+        goldfish=GoldfishRecord(config.goldfish.k, config.goldfish.h) if config.goldfish.on else None,
         canaries=planted if canaries.n_canaries else None)
 
 
@@ -222,13 +261,27 @@ def load_split(settings: DataSettings) -> MembershipSplit:
                                 max_words=settings.max_words, corpus_options=settings.corpus_options,
                                 format=settings.format)
     return MembershipSplit.random(texts, n_members=settings.n_members, n_non_members=settings.n_non_members,
-                                  n_validation=settings.n_validation, seed=settings.seed, source=source)
+                                  n_validation=settings.n_validation, n_test=settings.n_test, seed=settings.seed,
+                                  source=source)
 
 
-def canary_plan(settings: CanarySettings, seed: int, format: str = "text") -> CanaryPlan | None:
-    """The configured canaries (secrets drawn with the data seed), records of `format`; None when none are planted."""
+def canary_plan(settings: CanarySettings, seed: int, format: str = "text", *,
+                tokenizer: PreTrainedTokenizerBase | None = None,
+                training: Sequence[Record] = ()) -> CanaryPlan | None:
+    """The configured canaries (secrets drawn with the data seed), records of `format`; None when none are planted.
+
+    A design other than "random" draws from `tokenizer` and the `training` records the canaries join.
+    """
     if settings.n_canaries == 0:
         return None
+    if settings.design != "random":
+        if tokenizer is None:
+            raise ValueError(f"canaries.design={settings.design!r} draws its secrets from the tokenizer and the "
+                             "training records: pass tokenizer= and training= to canary_plan.")
+        return designed_plan(settings.design, tokenizer, training, secret_length=settings.secret_length,
+                             template=settings.template, n_canaries=settings.n_canaries, copies=settings.copies,
+                             n_alternatives=settings.n_alternatives, seed=seed, one_run=settings.one_run,
+                             format=format, secret_in=settings.secret_in)
     if settings.kind is not None:
         template = "" if settings.template == CanarySettings.template else settings.template  # "": the kind's own
         return PIICanaryPlan(template=template, kind=settings.kind, n_canaries=settings.n_canaries,
@@ -278,23 +331,33 @@ def check_output_dir(out: Path, config: RunConfig) -> None:
         return
     try:
         previous = from_dict(RunConfig, json.loads(manifest.read_text(encoding="utf-8"))["config"], saved=True)
-    except (ValueError, KeyError, TypeError):  # unreadable, or from a config this version no longer knows
-        previous = None
+    except (ValueError, KeyError, TypeError) as error:  # unreadable, or from a config this version no longer knows
+        raise ValueError(f"{out} holds another run ({manifest} records a config this version cannot read: {error}); "
+                         "set another training.output_dir for this run (that run stays as it is).") from None
     if previous != config:
-        raise ValueError(f"{out} holds another run ({manifest} records a different config); set another "
-                         f"training.output_dir, or delete {out} to replace that run.")
+        raise ValueError(f"{out} holds another run: {manifest} records other settings "
+                         f"({describe_changes(config_changes(previous, config))}); restore them to resume or re-run "
+                         "that run, or set another training.output_dir for this run (that run stays as it is).")
 
 
 def run_training(config: RunConfig, *, split: MembershipSplit | None = None,
-                 extra_callbacks: Sequence[TrainerCallback] = ()) -> RunResult:
+                 extra_callbacks: Sequence[TrainerCallback] = (), resume_from: str | None = None) -> RunResult:
     """Run the configured fine-tune with its callbacks and return the final audit.
 
     A given `split` replaces the one drawn from `config.data`; `extra_callbacks` run after
     privft's own (so at the end of training they see the final audit's cached statistics).
-    Every text starts from the token `config.start_token` chooses.
+    Every text starts from the token `config.start_token` chooses. `resume_from` continues from that
+    checkpoint (a tuned cell's chosen epoch, `privft.tune`: with `training.epochs` at that epoch, no step is left).
     """
     with start_token_rule(config.start_token), rendering_context(record_rendering_of(config)):
-        return _train_and_audit(config, split, extra_callbacks)
+        return _train_and_audit(config, split, extra_callbacks, resume_from)
+
+
+def train_epochs(config: RunConfig, *, resume_from: str | None = None) -> RunResult:
+    """`run_training` without its audit: the Trainer evaluates the validation texts after every epoch and keeps each
+    epoch's checkpoint, which `privft.tune` chooses from. The result has no report (None)."""
+    with start_token_rule(config.start_token), rendering_context(record_rendering_of(config)):
+        return _train_and_audit(config, None, (), resume_from, audit=False)
 
 
 def record_rendering_of(config: RunConfig) -> RecordRendering:
@@ -303,18 +366,20 @@ def record_rendering_of(config: RunConfig) -> RecordRendering:
                            assistant_only_loss=config.data.assistant_only_loss, scored=config.audit.scored)
 
 
-def _train_and_audit(config: RunConfig, split: MembershipSplit | None,
-                     extra_callbacks: Sequence[TrainerCallback]) -> RunResult:
+def _train_and_audit(config: RunConfig, split: MembershipSplit | None, extra_callbacks: Sequence[TrainerCallback],
+                     resume_from: str | None = None, audit: bool = True) -> RunResult:
     """`run_training`'s steps, under the run's start-token rule."""
     out = Path(config.training.output_dir)
     check_output_dir(out, config)
     split = split or load_split(config.data)
-    plan = canary_plan(config.canaries, config.data.seed, canary_format(split.members))
+    check_same_data(out, split)
+    model, tokenizer = load_model(config.model)  # before anything is written: a bad model name changes no file
+    plan = canary_plan(config.canaries, config.data.seed, canary_format(split.members), tokenizer=tokenizer,
+                       training=split.members)
     train_texts = list(split.members)
     if plan is not None:
-        plan.check_absent(split.non_members, split.validation)
+        plan.check_absent(split.non_members, split.validation, split.test)
         train_texts = plan.insert(train_texts)
-    model, tokenizer = load_model(config.model)  # before anything is written: a bad model name changes no file
     split.save(out / "split.json")
     atomic_write_text(out / "manifest.json", json.dumps({
         "config": to_dict(config), "versions": package_versions(), "split": "split.json",
@@ -340,27 +405,35 @@ def _train_and_audit(config: RunConfig, split: MembershipSplit | None,
         callbacks.append(canary_callback)  # before the audit, which reads its exposure
     # Full fine-tuning has no adapters to switch off: audit it against a fresh copy of the base model, as
     # LoRA runs are audited against their base with adapters disabled, so both get the same attacks.
-    reference = load_model(config.model)[0] if config.training.lora is None else None
+    reference = load_model(config.model)[0] if config.training.lora is None and audit else None
     audit_callback = PrivacyAuditCallback(split, tokenizer, reference=reference, config=config.audit,
                                           canary_callback=canary_callback, every_n_epochs=config.audit_every_n_epochs,
                                           output_dir=str(out), model_name=fine_tuned_name(out / "model", config.model),
                                           rendering=record_rendering())
-    callbacks.append(audit_callback)
+    if audit:
+        callbacks.append(audit_callback)
     callbacks.extend(extra_callbacks)
 
     private = config.dp.target_epsilon is not None
+    validation = None if audit else tokenize_for_training(tokenizer, split.validation, config.training.max_length)
     trainer = build_trainer(model, tokenizer, dataset, config.training, callbacks,
-                            max_grad_norm=0.0 if private else 1.0)  # DP clips per sequence instead
+                            max_grad_norm=0.0 if private else 1.0, eval_dataset=validation)  # DP clips per sequence
+    if config.goldfish.on:  # wraps the collator, so DP-LoRA's Poisson batches are masked too
+        add_goldfish(trainer, config.goldfish)
     if private:
         make_private(trainer, config.dp)
-    checkpoint = (last_complete_checkpoint(out, required=(DP_STATE_FILE,) if private else ())
-                  if config.training.save_steps else None)
-    if checkpoint:  # training.save_steps: an interrupted run with this config continues where its last save ended
+    checkpoint = resume_from or (last_complete_checkpoint(out, required=(DP_STATE_FILE,) if private else ())
+                                 if config.training.save_steps else None)
+    if checkpoint:  # a given one, or with training.save_steps an interrupted run's last save: it continues there
         warnings.warn(f"Resuming the run in {out} from {checkpoint}; its training time counts this part only.",
                       stacklevel=2)
-    start = time.perf_counter()
-    trainer.train(resume_from_checkpoint=checkpoint)
-    train_seconds = time.perf_counter() - start - audit_callback.seconds
+    clock = Clock()
+    with clock.span():
+        trainer.train(resume_from_checkpoint=checkpoint)
+    train_seconds, train_cpu_seconds = (clock.seconds - audit_callback.clock.seconds,
+                                        clock.cpu_seconds - audit_callback.clock.cpu_seconds)
+    if not audit:  # a tuning run: its epochs' checkpoints and validation losses are its result
+        return RunResult(None, out, train_seconds, train_cpu_seconds=train_cpu_seconds, resumed_from=checkpoint)
     if soft_callback:  # after a resume the Trainer holds a SOFT callback rebuilt from the checkpoint
         soft_callback = next(cb for cb in trainer.callback_handler.callbacks
                              if isinstance(cb, SelectiveObfuscationCallback))
@@ -373,11 +446,16 @@ def _train_and_audit(config: RunConfig, split: MembershipSplit | None,
         trainer.save_model(str(out / "model"))
     tokenizer.save_pretrained(str(out / "model"))
     report = audit_callback.report
-    report.training = training_record(config, len(train_texts), soft_callback, privacy)
+    if config.dp.gradient_canaries:  # the white-box audit, beside the canaries' black-box one
+        report.gradient_epsilon_audit = gradient_canary_epsilon_audit(trainer.dp)
+        atomic_write_text(out / "gradient_canaries.json", json.dumps(trainer.dp.canaries.state_dict(), indent=1))
+    report.training = replace(training_record(config, len(train_texts), soft_callback, privacy),
+                              train_seconds=train_seconds, train_cpu_seconds=train_cpu_seconds, resumed_from=checkpoint)
     report.save(out)  # again, now saying how the model was trained and defended
     verdict = check(report, config.gate) if config.gate else None
     if verdict:
         atomic_write_text(out / "gate.json", json.dumps(verdict.to_dict(), indent=1, ensure_ascii=False))
     for card in (out, out / "model"):
         write_model_card_section(card, report, verdict)
-    return RunResult(report, out, train_seconds, soft_callback.history if soft_callback else [], privacy, verdict)
+    return RunResult(report, out, train_seconds, soft_callback.history if soft_callback else [], privacy, verdict,
+                     train_cpu_seconds=train_cpu_seconds, resumed_from=checkpoint)

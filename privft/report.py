@@ -20,6 +20,7 @@ from privft.attacks import distribution_shift
 from privft.extraction import ExtractionReport
 from privft.io import atomic_write_bytes, atomic_write_text, remove_temp_files
 from privft.metrics import MIN_RESOLVING_FALSE_POSITIVES, MIN_SAMPLE_PER_CLASS, AttackMetrics, PerplexityRatio, TPRAtFPR
+from privft.task_accuracy import TaskAccuracy
 from privft.training_record import TrainingRecord
 
 REPORT_FILES = ("report.json", "report.md", "roc.png")
@@ -32,7 +33,7 @@ class PerplexityResult:
     """Perplexity of the target on held-out text, with the set it was measured on."""
 
     value: float
-    on: str  # "validation" or "non-members"
+    on: str  # "validation", "non-members" or "test"
     n_texts: int
     n_tokens: int
     convention: str
@@ -44,6 +45,12 @@ class PerplexityResult:
     def interval(self) -> str:
         """' [low, high]' when the interval was measured, else ''."""
         return f" [{self.ci_low:.2f}, {self.ci_high:.2f}]" if self.ci_low is not None else ""
+
+    def line(self) -> str:
+        """The report.md line: the perplexity, its interval, what it was measured on and how."""
+        bootstrap = " The interval is a 95 % bootstrap over the texts." if self.ci_low is not None else ""
+        return (f"Perplexity on {self.on}: {self.value:.2f}{self.interval()} ({self.n_texts} texts, {self.n_tokens} "
+                f"tokens; {self.convention}{bootstrap})")
 
 
 @dataclass(frozen=True)
@@ -144,18 +151,28 @@ def tpr_cell(result: TPRAtFPR) -> str:
     return f"{result.tpr:.3f} ({result.true_positives}/{result.n_members}){flag}"
 
 
-def epsilon_audit_line(entry: dict) -> str:
+def epsilon_audit_line(entry: dict, title: str = "One-run ε audit") -> str:
     """The one-run ε lower bound in words, with its counts, its ceiling and the accountant's ε beside it."""
     e = entry
-    line = (f"One-run ε audit (Steinke et al. 2023): ε ≥ {e['epsilon_lower_bound']:.2f} at "
+    line = (f"{title} (Steinke et al. 2023): ε ≥ {e['epsilon_lower_bound']:.2f} at "
             f"{e['confidence'] * 100:g} % confidence, δ = {e['delta']:.3g}, from {e['n_canaries']} canaries "
             f"({e['n_included']} inserted × {e['copies']} copies, {e['n_canaries'] - e['n_included']} controls): "
             f"{e['n_correct']}/{e['n_guesses']} guesses correct ({e['strategy']}; score: {e['score']}). "
             f"These canaries can show at most ε ≥ {e['ceiling']:.2f}.")
+    if e.get("fdp"):
+        line += " " + fdp_audit_sentence(e["fdp"])
     if e["accountant_epsilon"] is None:
         return line + " No DP accountant: this is a lower bound on leakage only; nothing bounds it from above."
     return line + (f" DP accountant: ε = {e['accountant_epsilon']:.3g}, δ = {e['accountant_delta']:.3g} per canary "
                    f"(ε = {e['accountant_epsilon_per_sequence']:.3g} per training sequence).")
+
+
+def fdp_audit_sentence(fdp: dict) -> str:
+    """The f-DP (Gaussian) one-run bound in words, with its guesses and its ceiling."""
+    return (f"f-DP analysis (Mahloujifar et al. 2025) of the same canaries: μ ≥ {fdp['mu_lower_bound']:.2f} "
+            f"(Gaussian DP), i.e. ε ≥ {fdp['epsilon_lower_bound']:.2f} at δ = {fdp['delta']:.3g} if the mechanism "
+            f"is Gaussian-shaped, from {fdp['n_correct']}/{fdp['n_guesses']} guesses correct; at most "
+            f"ε ≥ {fdp['ceiling']:.2f} (μ ≥ {fdp['mu_ceiling']:.2f}) with these canaries.")
 
 
 def p_value_text(p: float) -> str:
@@ -175,15 +192,27 @@ def dataset_inference_line(entry: dict) -> str:
 
 
 def beyond_membership_warnings(report: AuditReport) -> list[str]:
-    """Warnings of the one-run ε audit and dataset inference: a refuted DP claim, an uncalibrated control."""
+    """Warnings of the one-run ε audits and dataset inference: a refuted DP claim, an uncalibrated control."""
     found = list(report.dataset_inference["warnings"]) if report.dataset_inference else []
-    e = report.epsilon_audit
+    return found + one_run_audit_warnings(report.epsilon_audit, "one-run audit")
+
+
+def one_run_audit_warnings(e: dict | None, audit: str) -> list[str]:
+    """A one-run ε audit's warnings, first whether it refutes (Steinke) or doubts (f-DP) the accountant's ε."""
+    found = []
     if e and e["accountant_epsilon"] is not None and e["epsilon_lower_bound"] > e["accountant_epsilon"]:
-        found.append(f"DP GUARANTEE REFUTED: the one-run audit shows ε ≥ {e['epsilon_lower_bound']:.2f} at "
+        found.append(f"DP GUARANTEE REFUTED: the {audit} shows ε ≥ {e['epsilon_lower_bound']:.2f} at "
                      f"{e['confidence'] * 100:g} % confidence, above the accountant's ε = "
                      f"{e['accountant_epsilon']:.3g} per canary. A correct DP implementation shows this in at most "
                      f"{(1 - e['confidence']) * 100:g} % of runs: check the training before trusting its guarantee.")
-    return found
+    fdp = (e or {}).get("fdp")
+    if fdp and e["accountant_epsilon"] is not None and e["epsilon_lower_bound"] <= e["accountant_epsilon"] \
+            < fdp["epsilon_lower_bound"]:
+        found.append(f"DP GUARANTEE IN DOUBT: the f-DP analysis of the {audit} shows ε ≥ "
+                     f"{fdp['epsilon_lower_bound']:.2f} (μ ≥ {fdp['mu_lower_bound']:.2f}), above the accountant's ε = "
+                     f"{e['accountant_epsilon']:.3g} "
+                     "per canary, if the mechanism's privacy is Gaussian-shaped as DP-SGD's is; check the training.")
+    return found + list((e or {}).get("warnings", []))
 
 
 @dataclass
@@ -205,10 +234,13 @@ class AuditReport:
     canary_exposure: dict | None = None  # summary from privft's canary callback, when canaries were planted
     extraction: ExtractionReport | None = None  # when AuditConfig.extraction was set (canaries: the audit callback)
     epsilon_audit: dict | None = None  # one-run ε lower bound (privft.callbacks.one_run), with one_run canaries
+    gradient_epsilon_audit: dict | None = None  # the white-box one, from DP-LoRA's gradient canaries (privft train)
     dataset_inference: dict | None = None  # DatasetInferenceResult.to_dict(), when AuditConfig.dataset_inference
     training: TrainingRecord | None = None  # how the model was trained and defended (`privft train` fills it)
     start_token: dict | None = None  # the token every text was scored after: rule, token, id (run_audit fills it)
     base_perplexity: BasePerplexity | None = None  # the reference's, on the same held-out texts (run_audit fills it)
+    test_perplexity: PerplexityResult | None = None  # on the split's test side, when it has one
+    task_accuracy: TaskAccuracy | None = None  # on held-out tickets, when AuditConfig.task is set
     created: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
     versions: dict[str, str] = field(default_factory=package_versions)
 
@@ -223,7 +255,7 @@ class AuditReport:
     @property
     def warnings(self) -> list[str]:
         """Everything that changes how the numbers should be read, for display beside them."""
-        found = []
+        found = self.training.warnings() if self.training else []  # first: a void DP guarantee
         if self.training_steps == 0:
             found.append("NO TRAINING: the model took 0 optimizer steps before this audit, so every number below "
                          "describes the model as it was before fine-tuning; an AUC near 0.5 here is not evidence of "
@@ -247,6 +279,7 @@ class AuditReport:
         resolution = sorted({t.warning for m in metrics for t in m.tpr_at_fpr if t.warning})
         hint = max_fpr_hint(metrics)
         return (found + resolution + ([hint] if hint else []) + beyond_membership_warnings(self)
+                + one_run_audit_warnings(self.gradient_epsilon_audit, "white-box one-run audit (gradient canaries)")
                 + list(self.notes))
 
     def to_dict(self) -> dict:
@@ -266,9 +299,12 @@ class AuditReport:
             "attacks": {name: m.to_dict() for name, m in self.attacks.items()},
             "perplexity": asdict(self.perplexity),
             "base_perplexity": self.base_perplexity.to_dict() if self.base_perplexity else None,
+            "test_perplexity": asdict(self.test_perplexity) if self.test_perplexity else None,
+            "task_accuracy": self.task_accuracy.to_dict() if self.task_accuracy else None,
             "canary_exposure": self.canary_exposure,
             "extraction": self.extraction.to_dict() if self.extraction else None,
             "epsilon_audit": self.epsilon_audit,
+            "gradient_epsilon_audit": self.gradient_epsilon_audit,
             "dataset_inference": self.dataset_inference,
             "training": self.training.to_dict() if self.training else None,
             "per_text": {
@@ -303,11 +339,10 @@ class AuditReport:
         lines += ["| " + " | ".join(cells) + " |" for cells in rows]
         flagged = " ⚠ marks a warning above (sample size or resolution)." if any(
             cell.endswith(" ⚠") for cells in rows for cell in cells) else ""
-        p = self.perplexity
-        bootstrap = " The interval is a 95 % bootstrap over the texts." if p.ci_low is not None else ""
-        lines += ["", f"Perplexity on {p.on}: {p.value:.2f}{p.interval()} ({p.n_texts} texts, {p.n_tokens} tokens; "
-                      f"{p.convention}{bootstrap})",
+        lines += ["", self.perplexity.line(),
                   *([self.base_perplexity.line()] if self.base_perplexity else []),
+                  *([self.test_perplexity.line()] if self.test_perplexity else []),
+                  *([self.task_accuracy.line()] if self.task_accuracy else []),
                   "", "TPR cells show (true positives / members) at the lowest threshold that keeps these "
                       "non-members' FPR within the ceiling; the interval covers the members' binomial noise only."
                       + flagged,
@@ -321,6 +356,9 @@ class AuditReport:
             lines += ["", *self.extraction.markdown_lines()]
         if self.epsilon_audit:
             lines += ["", epsilon_audit_line(self.epsilon_audit)]
+        if self.gradient_epsilon_audit:
+            lines += ["", epsilon_audit_line(self.gradient_epsilon_audit,
+                                             "White-box one-run ε audit, gradient canaries on the LoRA parameters")]
         if self.dataset_inference:
             lines += ["", dataset_inference_line(self.dataset_inference)]
         return "\n".join(lines) + "\n"
@@ -395,6 +433,9 @@ def read_report(directory: str | Path) -> dict:
     """
     directory = Path(directory)
     report = json.loads((directory / "report.json").read_text(encoding="utf-8"))
+    if not isinstance(report, dict):
+        raise ValueError(f"{directory / 'report.json'} holds a JSON {type(report).__name__}, not an audit report's "
+                         "object: rerun the audit to rewrite it.")
     generation = report.get("generation")
     if generation is None:
         return report

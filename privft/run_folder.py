@@ -9,7 +9,7 @@ from pathlib import Path
 
 from privft.audit import AuditConfig
 from privft.data import MembershipSplit
-from privft.data.split import text_sha256
+from privft.data.split import SIDES, text_sha256
 
 
 def check_writable(directory: Path) -> None:
@@ -56,3 +56,46 @@ def check_audit_folder(directory: Path, model_name: str, config: AuditConfig, sp
     if not same_audit(report, model_name, config, split):
         raise FileExistsError(f"{directory} holds another audit ({path}: another model, settings or texts); give "
                               "another --out, or --overwrite to replace that report.")
+
+
+def recorded_hashes(directory: Path) -> dict[str, list[str]] | None:
+    """The text hashes per side a run folder recorded: its split.json's; else, in a folder audited before it kept
+    one, its report.json's members and non-members; None when it holds neither (nothing ran there yet)."""
+    path = next((directory / name for name in ("split.json", "report.json") if (directory / name).exists()), None)
+    if path is None:
+        return None
+    try:
+        saved = json.loads(path.read_text(encoding="utf-8"))
+        if path.name == "split.json":
+            return {side: [entry["sha256"] for entry in saved.get(side, [])] for side in SIDES}  # test: optional
+        per_text = saved["per_text"]
+        return {side: [h for h, label in zip(per_text["sha256"], per_text["label"], strict=True) if label == member]
+                for side, member in (("members", 1), ("non_members", 0))}
+    except (ValueError, KeyError, TypeError) as error:
+        raise ValueError(f"{path} does not say which texts its run used ({type(error).__name__}: {error}); restore "
+                         "it, or run in another folder (the run there stays as it is).") from None
+
+
+def changed_sides(recorded: dict[str, list[str]], split: MembershipSplit) -> str | None:
+    """The sides of `split` whose texts differ from the hashes a folder recorded, with counts; None if none differ.
+
+    E.g. "members (40 of 40 texts changed), validation (2 of 5 texts changed)"; positions are compared, as a
+    seeded split draws them.
+    """
+    changes = []
+    for side, hashes in recorded.items():
+        now = [text_sha256(text) for text in getattr(split, side)]
+        changed = sum(a != b for a, b in zip(hashes, now)) + abs(len(hashes) - len(now))
+        if changed:
+            changes.append(f"{side.replace('_', '-')} ({changed} of {len(hashes)} texts changed)")
+    return ", ".join(changes) or None
+
+
+def check_same_data(directory: Path, split: MembershipSplit) -> None:
+    """Refuse to resume or re-run a training run (its manifest.json) on texts other than those it recorded."""
+    recorded = recorded_hashes(directory) if (directory / "manifest.json").exists() else None
+    changes = changed_sides(recorded, split) if recorded else None
+    if changes:
+        raise ValueError(f"The data changed since {directory} ran: {split.source} now gives other {changes} than "
+                         f"{directory / 'split.json'} records. Restore that data file to resume the run, or set "
+                         "another training.output_dir to train on the new data (the earlier run stays as it is).")

@@ -159,12 +159,15 @@ def build_trainer(
     callbacks: Sequence[TrainerCallback] = (),
     *,
     max_grad_norm: float = 1.0,
+    eval_dataset: TorchDataset | None = None,
 ) -> Trainer:
     """A plain Trainer on a tokenized dataset, with LoRA adapters added unless `settings.lora` is None.
 
     `max_grad_norm` is the Trainer's batch-gradient clipping; DP-LoRA (`privft.dp.make_private`) needs 0.
     With `settings.save_steps`, the Trainer writes checkpoints (the last `KEPT_CHECKPOINTS` are kept) and
     rebuilds privft's callbacks from them on resume (`trainer.train(resume_from_checkpoint=...)`).
+    With `eval_dataset`, it evaluates its loss after every epoch instead and checkpoints there, keeping every
+    epoch's checkpoint (a tuning run, `privft.tune`).
     """
     settings = settings or FinetuneSettings()
     if settings.lora is not None:
@@ -172,6 +175,9 @@ def build_trainer(
         model = get_peft_model(model, settings.lora.to_peft())
     saving = (dict(save_strategy="no") if settings.save_steps is None else
               dict(save_strategy="steps", save_steps=settings.save_steps, save_total_limit=KEPT_CHECKPOINTS))
+    if eval_dataset is not None:  # logits are not kept: the loss is all a tuning run reads
+        saving = dict(save_strategy="epoch", eval_strategy="epoch", prediction_loss_only=True,
+                      per_device_eval_batch_size=settings.batch_size)
     args = TrainingArguments(
         output_dir=settings.output_dir,
         num_train_epochs=settings.epochs,
@@ -191,6 +197,7 @@ def build_trainer(
         model=model,
         args=args,
         train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
         processing_class=tokenizer,
         data_collator=training_collator(tokenizer, train_dataset),
         callbacks=list(callbacks),
@@ -203,10 +210,14 @@ def finetune(
     texts: Sequence[Record],
     settings: FinetuneSettings | None = None,
     callbacks: Sequence[TrainerCallback] = (),
+    resume_from_checkpoint: str | None = None,
 ) -> PreTrainedModel | PeftModel:
-    """Fine-tune on `texts` with the plain Trainer (LoRA unless `settings.lora` is None); returns the model."""
+    """Fine-tune on `texts` with the plain Trainer (LoRA unless `settings.lora` is None); returns the model.
+
+    `resume_from_checkpoint` continues a killed run of the same settings and texts from that checkpoint.
+    """
     settings = settings or FinetuneSettings()
     dataset = tokenize_for_training(tokenizer, texts, settings.max_length)
     trainer = build_trainer(model, tokenizer, dataset, settings, callbacks)
-    trainer.train()
+    trainer.train(resume_from_checkpoint=resume_from_checkpoint)
     return trainer.model.eval()

@@ -1,4 +1,4 @@
-"""How a model was trained and defended (fine-tuning, SOFT, DP-SGD), for the audit report and the model card."""
+"""How a model was trained and defended (fine-tuning, SOFT, DP-SGD, Goldfish loss), for the report and model card."""
 
 from __future__ import annotations
 
@@ -60,6 +60,7 @@ class DPRecord:
     max_multiplicity: int | None = None  # most copies of one training sequence
     group_epsilon: float | None = None  # the guarantee of a text present max_multiplicity times
     group_delta: float | None = None
+    n_examples: int | None = None  # N, the training sequences: δ must be below 1/N to mean anything
 
     @classmethod
     def from_summary(cls, summary: dict[str, Any]) -> DPRecord:
@@ -79,6 +80,37 @@ class DPRecord:
                      "de-duplicate the training data." if self.group_delta >= 1 else ".")
         return line
 
+    def warnings(self) -> list[str]:
+        """What voids the guarantee as stated: δ, or a repeated text's group δ, not below 1/N (N unknown: none)."""
+        if not self.n_examples:
+            return []
+        n, copies = self.n_examples, self.max_multiplicity or 1
+        where = f"not below 1/N = {1 / n:.3g} for the N = {n:,} training sequences: publishing one random"
+        if self.delta >= 1 / n:
+            return [f"DP GUARANTEE VOID: δ = {self.delta:.3g} is {where} training sequence verbatim meets such a "
+                    f"guarantee, whatever its ε = {self.epsilon:.3g}. Retrain with dp.delta unset, for the default "
+                    "min(1e-5, 1/N^1.1)."]
+        if copies > 1 and self.group_delta is not None and self.group_delta >= 1 / n:
+            return [f"DP GUARANTEE VOID FOR REPEATED TEXTS: a text present {copies} times is protected at group "
+                    f"δ = {self.group_delta:.3g} only, {where} such text verbatim meets that guarantee, whatever its "
+                    f"group ε = {self.group_epsilon:.3g}. De-duplicate the training data (plant each canary once) "
+                    "for the per-sequence guarantee to cover every text."]
+        return []
+
+
+@dataclass(frozen=True)
+class GoldfishRecord:
+    """A Goldfish-loss run's mask: 1 in `k` trained tokens dropped, chosen by a hash of the `h` ids before each."""
+
+    k: int
+    h: int
+
+    def markdown(self) -> str:
+        """One bullet line: k, h, and what the mask does."""
+        return (f"- Goldfish loss (Hans et al., 2024): k = {self.k}, h = {self.h}; the loss skips 1 in {self.k} "
+                f"trained tokens, those whose {self.h} preceding token ids hash to 0 mod {self.k}, so every copy of "
+                "a passage skips the same tokens.")
+
 
 @dataclass(frozen=True)
 class TrainingRecord:
@@ -92,11 +124,19 @@ class TrainingRecord:
     lora_targets: tuple[str, ...] | None = None
     soft: SoftRecord | None = None
     dp: DPRecord | None = None
+    goldfish: GoldfishRecord | None = None
     canaries: str | None = None  # e.g. "10 canaries × 5 copies"; None when none were planted
+    train_seconds: float | None = None  # wall seconds of training, the audits run inside it excluded
+    train_cpu_seconds: float | None = None  # this process's CPU seconds over the same span (privft.clock.Clock)
+    resumed_from: str | None = None  # the checkpoint a resumed run restarted from: both times count after it only
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (report.json's `training`)."""
         return {**asdict(self), "lora_targets": list(self.lora_targets) if self.lora_targets else None}
+
+    def warnings(self) -> list[str]:
+        """The warnings of how it was trained that change how the audit reads: a void DP guarantee."""
+        return self.dp.warnings() if self.dp else []
 
     def markdown(self) -> str:
         """The 'how it was trained and defended' lines of report.md and the model card."""
@@ -107,8 +147,7 @@ class TrainingRecord:
         lines = ["Trained and defended:", "",
                  f"- {model}; {self.epochs:g} epoch{'' if self.epochs == 1 else 's'} on {self.n_training_texts} "
                  f"training texts{planted}."]
-        lines += [part.markdown() for part in (self.soft, self.dp) if part is not None]
-        if self.soft is None and self.dp is None:
-            lines.append("- No defence: neither SOFT nor DP-SGD.")
+        defences = [part for part in (self.soft, self.dp, self.goldfish) if part is not None]
+        lines += [part.markdown() for part in defences] or ["- No defence: neither SOFT nor DP-SGD."]
         return "\n".join(lines)
 

@@ -1,10 +1,11 @@
-"""Print docs/epsilon-audit.md's tables: the one-run ε lower bound against the number of canaries.
+"""Print docs/epsilon-audit.md's tables: the one-run ε lower bounds (Steinke; f-DP) against the number of canaries.
 
     .venv/bin/python scripts/epsilon_audit_table.py
 """
 
 from privft import epsilon_lower_bound
 from privft.epsilon_audit import DEFAULT_GUESS_FRACTIONS
+from privft.fdp_audit import fdp_epsilon_lower_bound, mu_lower_bound
 
 DELTA = 1e-5
 GRID_CONFIDENCE = 1 - 0.05 / len(DEFAULT_GUESS_FRACTIONS)  # the audit callback's default: 4 guess counts, Bonferroni
@@ -36,6 +37,14 @@ def main() -> None:
     print("|---|---|")
     for target in (0.5, 1, 2, 3, 4, 5, 6, 7):
         print(f"| {target:g} | {fewest_canaries(target):,} |")
+    print()
+    print("| canaries m, all guessed, all right | Steinke ε | f-DP μ | f-DP ε | grid of 4: Steinke, f-DP ε |")
+    print("|---|---|---|---|---|")
+    for m in (10, 50, 100, 300, 1000, 3000, 10000):
+        cells = [epsilon_lower_bound(m, m, m, DELTA), mu_lower_bound(m, m, m),
+                 fdp_epsilon_lower_bound(m, m, m, DELTA), epsilon_lower_bound(m, m, m, DELTA, GRID_CONFIDENCE),
+                 fdp_epsilon_lower_bound(m, m, m, DELTA, GRID_CONFIDENCE)]
+        print(f"| {m:,} | " + " | ".join(f"{cell:.2f}" for cell in cells[:3]) + f" | {cells[3]:.2f}, {cells[4]:.2f} |")
 
 
 if __name__ == "__main__":

@@ -48,6 +48,14 @@ def tiny_model(tokenizer):
 
 
 @pytest.fixture()
+def tiny_model_dir(tiny_model, tokenizer, tmp_path):
+    """The tiny model and its tokenizer saved in a folder, as `RunConfig.model` names one."""
+    tiny_model.save_pretrained(tmp_path / "base")
+    tokenizer.save_pretrained(tmp_path / "base")
+    return str(tmp_path / "base")
+
+
+@pytest.fixture()
 def one_thread():
     """Run torch on one thread: on a shared two-core machine, two threads make tiny steps far slower."""
     threads = torch.get_num_threads()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import runpy
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +18,7 @@ import privft.models
 from privft.audit import AuditConfig, run_audit
 from privft.callbacks import prepare_soft
 from privft.chat_templates import SMOLLM2_TRAINING_CHAT_TEMPLATE, with_chat_template
+from privft.compare import PRETRAINED, CompareConfig, GridSettings, run_compare
 from privft.data import DataError, MembershipSplit, load_corpus
 from privft.data.loaders import load_records
 from privft.defend.schedule import SoftSchedule
@@ -28,6 +30,7 @@ from privft.pipeline import DataSettings, RunConfig, SoftSettings, run_training
 from privft.paraphrase.base import Paraphraser
 from privft.scoring import ScoringError, score_texts
 from privft.scoring.render import RecordRendering, render_records, rendering_context
+from privft.task_accuracy import TaskSettings
 from privft.training import FinetuneSettings, LoraSettings
 
 
@@ -309,3 +312,44 @@ def test_privft_train_runs_on_a_file_of_records(chat_model_dir, tmp_path, defenc
         assert result.soft_history[-1]["n_served_changed"] > 0
     else:
         assert result.report.training.dp is not None
+
+
+def _tickets_with_a_test_side(model_dir: str, tmp_path: Path) -> RunConfig:
+    """`tickets_run` with 6 test tickets and task accuracy on 4 of them (greedy replies of 8 tokens)."""
+    config = tickets_run(model_dir, tmp_path, audit=AuditConfig(n_bootstrap=20, attacks=("loss",),
+                                                                task=TaskSettings(max_new_tokens=8, max_texts=4)))
+    return replace(config, data=replace(config.data, n_test=6))
+
+
+def test_a_run_reports_test_perplexity_and_task_accuracy_on_held_out_tickets(chat_model_dir, tmp_path, one_thread):
+    report = run_training(_tickets_with_a_test_side(chat_model_dir, tmp_path)).report
+    split = MembershipSplit.load(tmp_path / "run" / "split.json")
+    others = {record_content(r) for r in split.members + split.non_members + split.validation}
+    assert len(split.test) == 6 and not {record_content(r) for r in split.test} & others  # never trained on
+    test, task = report.test_perplexity, report.task_accuracy
+    assert (test.on, test.n_texts) == ("test", 6) and test.ci_low <= test.value <= test.ci_high
+    assert (task.on, task.accuracy.n_total, len(task.correct)) == ("test", 4, 4)
+    saved = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert saved["split"]["n_test"] == 6 and saved["test_perplexity"]["n_texts"] == 6
+    assert saved["task_accuracy"]["accuracy"]["n_total"] == 4
+    markdown = (tmp_path / "run" / "report.md").read_text()
+    assert "Perplexity on test:" in markdown
+    assert f"Task accuracy on 4 test tickets (the reply gives the ticket's fix, and no other): " \
+           f"{task.accuracy.format()}" in markdown
+
+
+def test_the_compare_table_shows_test_perplexity_and_task_accuracy_beside_the_base_models(chat_model_dir, tmp_path,
+                                                                                          one_thread):
+    run = _tickets_with_a_test_side(chat_model_dir, tmp_path)
+    grid = GridSettings(full_finetune=False, lora_ranks=(), soft_rules=(), dp_epsilons=())
+    comparison = run_compare(CompareConfig(run=run, grid=grid, output_dir=str(tmp_path / "compare")))
+    pretrained, lora = comparison.rows
+    assert pretrained["name"] == PRETRAINED and pretrained["task_accuracy"]["n_total"] == 4  # the base model's
+    assert pretrained["test_perplexity_vs_lora"]["ratio"] == pytest.approx(
+        pretrained["test_perplexity"] / lora["test_perplexity"])
+    assert lora["test_perplexity_vs_lora"] is None
+    table = (tmp_path / "compare" / "compare.md").read_text()
+    assert "Test ppl [95 % CI]" in table and "Task accuracy [95 % CI] (k/n)" in table
+    for row in comparison.rows:
+        accuracy = row["task_accuracy"]
+        assert f"({accuracy['n_correct']}/4)" in table.split(row["name"] + " |")[1].split("\n")[0]

@@ -401,3 +401,22 @@ def test_run_config_refuses_dp_with_full_fine_tuning_or_soft():
         RunConfig(training=FinetuneSettings(lora=None), dp=DPSettings(target_epsilon=1.0))
     with pytest.raises(ValueError, match="SOFT"):
         RunConfig(soft=SoftSettings(rule="paper"), dp=DPSettings(target_epsilon=1.0))
+
+
+def test_an_epsilon_too_large_to_calibrate_is_refused_before_any_file_is_written(tmp_path, capsys):
+    """ε = 1,000 searched σ for minutes after the manifest and split were written; now the config is refused."""
+    from privft.cli import main
+    from privft.config import ConfigError, load_yaml
+    from privft.dp.accounting import MAX_TARGET_EPSILON, calibrate
+    from privft.pipeline import RunConfig
+
+    config = tmp_path / "run.yaml"
+    config.write_text(f"dp: {{target_epsilon: 1000}}\ntraining: {{output_dir: {tmp_path / 'run'}}}\n")
+    with pytest.raises(ConfigError, match=r"dp.target_epsilon=1000.0 must be at most 100: the noise calibration"):
+        load_yaml(RunConfig, config)
+    with pytest.raises(SystemExit, match="target_epsilon=1000.0 must be at most 100"):
+        main(["train", str(config)])
+    assert not (tmp_path / "run").exists()  # no manifest, no split
+    with pytest.raises(ValueError, match="must be at most 100"):
+        calibrate(1000.0, 1e-5, 0.04, 75)
+    assert DPSettings(target_epsilon=MAX_TARGET_EPSILON).target_epsilon == 100  # the paper's ε = 100 row still runs

@@ -171,12 +171,36 @@ def test_canary_exposure_extraction_and_epsilon_are_read_when_present(audited):
     assert statuses(verdict)["canary exposure, highest canary (bits)"] == PASS
     assert statuses(verdict)["canaries extracted (greedy or beam decoding)"] == PASS
     assert statuses(verdict)["DP accountant ε"] == FAIL and verdict.outcome == FAIL  # no DP: no guarantee
-    report["training"]["dp"] = {"epsilon": 3.0, "delta": 1e-5, "accountant": "prv", "max_multiplicity": 1}
+    report["training"]["dp"] = {"epsilon": 3.0, "delta": 1e-5, "accountant": "prv", "max_multiplicity": 1,
+                                "n_examples": 300}  # N: δ is held below 1/N
     assert check(report, asks).outcome == PASS
     report["epsilon_audit"] = {"epsilon_lower_bound": 3.5, "accountant_epsilon": 3.0, "n_canaries": 1000,
                                "n_guesses": 500, "n_correct": 490}
     verdict = check(report, asks)  # a bound above the accountant's ε fails whatever the policy asks
     assert verdict.outcome == FAIL and statuses(verdict)["empirical ε lower bound (one run) ≤ accountant ε"] == FAIL
+    assert "ABOVE THE ACCOUNTANT'S ε" in verdict.criteria[-1].evidence
+
+
+def test_the_one_run_check_reads_the_tighter_analysis_of_one_copy_canaries(audited):
+    report = json.loads(json.dumps(audited[0].to_dict()))
+    report["training"] = {"method": "LoRA", "dp": {"epsilon": 3.0, "delta": 1e-5, "accountant": "prv",
+                                                   "max_multiplicity": 1, "n_examples": 1300}}
+    report["epsilon_audit"] = {"epsilon_lower_bound": 1.2, "n_canaries": 1000, "n_guesses": 100, "n_correct": 95,
+                               "copies": 1, "fdp": {"epsilon_lower_bound": 3.4}}
+    name = "empirical ε lower bound (one run) ≤ accountant ε"
+    verdict = check(report, GatePolicy(**{**vars(SMALL), "max_epsilon": 8.0}))
+    criterion = next(c for c in verdict.criteria if c.name == name)
+    assert (criterion.value, criterion.status, verdict.outcome) == (3.4, FAIL, FAIL)  # Steinke's 1.2 alone would pass
+    assert "f-DP" in criterion.evidence and "1.20" in criterion.evidence
+    report["epsilon_audit"]["copies"] = 4  # the f-DP bound is read at the per-sequence δ: not for a group
+    criterion = next(c for c in check(report, GatePolicy(**{**vars(SMALL), "max_epsilon": 8.0})).criteria
+                     if c.name == name)
+    assert (criterion.value, criterion.status) == (1.2, PASS)
+    report["gradient_epsilon_audit"] = {**report.pop("epsilon_audit"), "copies": 1, "accountant_epsilon": 3.0}
+    verdict = check(report, GatePolicy(**{**vars(SMALL), "max_epsilon": 8.0}))
+    white_box = next(c for c in verdict.criteria if c.name.startswith("white-box"))
+    assert (white_box.value, white_box.status, verdict.outcome) == (3.4, FAIL, FAIL)
+    assert "ABOVE THE ACCOUNTANT'S ε" in white_box.evidence
 
 
 def test_dp_json_beside_the_report_gives_the_accountant_epsilon(audited, tmp_path):

@@ -63,13 +63,6 @@ def test_an_output_dir_holding_another_run_is_refused_before_anything_is_written
     assert not (tmp_path / "run" / "split.json").exists()
 
 
-@pytest.fixture()
-def tiny_model_dir(tiny_model, tokenizer, tmp_path):
-    tiny_model.save_pretrained(tmp_path / "base")
-    tokenizer.save_pretrained(tmp_path / "base")
-    return str(tmp_path / "base")
-
-
 def test_run_with_canaries_and_soft_trains_audits_and_saves(tiny_model_dir, local_texts, tmp_path):
     data_file = tmp_path / "texts.json"
     data_file.write_text(json.dumps([t[:250] for t in local_texts if len(t) >= 150][:120]))

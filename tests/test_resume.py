@@ -82,6 +82,8 @@ def test_a_killed_soft_run_resumes_with_its_mask_selections_and_canaries(base_co
     with pytest.warns(UserWarning, match="Resuming the run .* from .*checkpoint-6"):
         resumed = run_training(config)
 
+    assert (resumed.resumed_from, straight.resumed_from) == (str(out / "checkpoint-6"), None)  # its times: after it
+    assert json.loads((out / "report.json").read_text())["training"]["resumed_from"] == resumed.resumed_from
     assert resumed.soft_history == straight.soft_history  # the restored selection is kept, the next one agrees
     assert json.loads((out / "soft_selections.json").read_text()) == straight.soft_history
     assert resumed.report.canary_exposure == straight.report.canary_exposure

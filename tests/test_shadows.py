@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+from transformers.trainer import TRAINER_STATE_NAME
 
 from privft.cli import main
 from privft.config import save_yaml
@@ -18,9 +19,11 @@ from privft.shadows import (
     ShadowSettings,
     load_losses,
     loss_windows,
+    train_shadow,
 )
-from privft.shadows.job import losses_path
+from privft.shadows import job
 from privft.shadows.plan import plan_sha256
+from privft.shadows.store import losses_path, missing_shadows
 from privft.training import FinetuneSettings
 
 
@@ -148,3 +151,92 @@ def test_an_array_job_trains_the_shadow_its_scheduler_index_names(settings, tmp_
         main(["shadows", "train", str(farm), "--index", "4", "--index-from-env", "SLURM_ARRAY_TASK_ID"])
     main(["shadows", "train", str(farm), "--index-from-env", "SLURM_ARRAY_TASK_ID"])
     assert [i for i in range(settings.n_shadows) if losses_path(farm, i).exists()] == [4]
+
+
+def _farm_of_fakes(settings: ShadowSettings, farm) -> ShadowPlan:
+    """A planned farm whose every shadow has stored whole (zero) losses on its plan."""
+    plan = ShadowPlan.build(settings)
+    plan.save(farm)
+    for index in range(settings.n_shadows):
+        _fake_losses(farm, plan, index, plan_sha256(farm))
+    return plan
+
+
+def test_missing_and_index_retrain_a_corrupt_shadow_and_name_it(settings, tmp_path, capsys, one_thread):
+    farm = tmp_path / "farm"
+    _farm_of_fakes(settings, farm)
+    losses_path(farm, 2).write_bytes(b"")  # a write cut short
+    with pytest.warns(UserWarning, match=r"Shadow 2 of .* is corrupt \(.*002/losses.npy is empty.*retraining it"):
+        main(["shadows", "train", str(farm), "--missing"])
+    assert "Trained shadows [2]." in capsys.readouterr().out
+    losses_path(farm, 4).write_bytes(b"not a numpy file")
+    with pytest.warns(UserWarning, match=r"Shadow 4 of .* is corrupt \(.*004/losses.npy is not a readable"):
+        main(["shadows", "train", str(farm), "--index", "4"])
+    assert np.nanmin(load_losses(farm)[1][[2, 4]]) > 0  # retrained: real losses where the fakes held zeros
+    assert missing_shadows(farm) == []
+
+
+def _pickled_objects(path) -> None:
+    """A losses.npy that only loads by unpickling."""
+    np.save(path, np.array([{"loss": 1.0}], dtype=object), allow_pickle=True)
+
+
+@pytest.mark.parametrize(("corrupt", "damage"), [
+    (lambda path: path.write_bytes(b""), r"is empty \(0 bytes\)"),
+    (lambda path: path.write_bytes(b"\x00garbage" * 10), "is not a readable NumPy .npy array"),
+    (_pickled_objects, "is not a readable NumPy .npy array"),
+    (lambda path: np.save(path, np.zeros((22, 8), np.float32)),
+     r"holds float32 values of shape \(22, 8\); expected float losses of shape \(22, 16\)"),
+], ids=["empty", "garbage", "pickled", "wrong shape"])
+def test_lira_names_a_corrupt_losses_file_and_how_to_retrain_it(settings, tmp_path, corrupt, damage):
+    farm = tmp_path / "farm"
+    _farm_of_fakes(settings, farm)
+    corrupt(losses_path(farm, 3))
+    with pytest.raises(SystemExit, match=rf"Shadow 3 of .* is corrupt: .*003/losses.npy {damage}\. Retrain it with "
+                                         rf"`privft shadows train {farm} --index 3`") as refused:
+        main(["lira", str(farm)])
+    assert "allow_pickle" not in str(refused.value)
+    assert missing_shadows(farm) == [3]
+
+
+def test_a_corrupt_shadow_record_is_refused_by_name_not_read_as_an_older_privft(settings, tmp_path, recwarn):
+    farm = tmp_path / "farm"
+    _farm_of_fakes(settings, farm)
+    (losses_path(farm, 1).parent / "shadow.json").write_text('{"index": 1, "plan_sha')  # a write cut short
+    with pytest.raises(SystemExit, match=r"Shadow 1 of .* is corrupt: .*001/shadow.json is missing, unreadable or "
+                                         r"not a JSON object\. Retrain it with .*--index 1"):
+        main(["lira", str(farm)])
+    assert not [w for w in recwarn if "older privft" in str(w.message)]
+    assert missing_shadows(farm) == [1]
+
+
+class Killed(Exception):
+    """The process died."""
+
+
+def test_a_killed_shadow_resumes_from_its_last_complete_checkpoint(settings, tmp_path, monkeypatch, one_thread):
+    # Shadow 4 trains on 7 texts in batches of 4: 2 steps, a checkpoint after each.
+    settings = dataclasses.replace(settings, training=dataclasses.replace(settings.training, batch_size=4,
+                                                                          save_steps=1))
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    for farm in (straight, killed):
+        ShadowPlan.build(settings).save(farm)
+    train_shadow(straight, 4)
+
+    def die(*args, **kwargs):
+        raise Killed("killed while scoring")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(job, "score_texts", die)
+        with pytest.raises(Killed):
+            train_shadow(killed, 4)
+    trainer = losses_path(killed, 4).parent / "trainer"
+    (trainer / "checkpoint-2" / TRAINER_STATE_NAME).unlink()  # as a kill during checkpoint-2's save leaves it
+    with pytest.warns(UserWarning, match=r"Resuming shadow 4 of .* from .*checkpoint-1"):
+        train_shadow(killed, 4)
+    record = json.loads((losses_path(killed, 4).parent / "shadow.json").read_text())
+    assert record["resumed_from"] == "checkpoint-1"
+    np.testing.assert_array_equal(np.load(losses_path(killed, 4)), np.load(losses_path(straight, 4)))
+    train_shadow(killed, 4, overwrite=True)  # from step 0, not from the finished run's last checkpoint
+    assert json.loads((losses_path(killed, 4).parent / "shadow.json").read_text())["resumed_from"] is None
+    np.testing.assert_array_equal(np.load(losses_path(killed, 4)), np.load(losses_path(straight, 4)))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, TrainerCallback, TrainerControl, TrainerState
@@ -19,6 +18,7 @@ from privft.audit import (
 from privft.callbacks.canary import CanaryCallback
 from privft.callbacks.one_run import one_run_epsilon_audit
 from privft.callbacks.soft import soft_report_notes
+from privft.clock import Clock
 from privft.data import MembershipSplit
 from privft.extraction import canary_extraction
 from privft.gate import Verdict
@@ -44,6 +44,10 @@ def headline_metrics(report: AuditReport) -> dict[str, float]:
             "privacy/blind_baseline_auc": report.blind_baseline.auc.auc}
     if report.base_perplexity:
         logs["privacy/base_perplexity"] = report.base_perplexity.perplexity.value
+    if report.test_perplexity:
+        logs["privacy/test_perplexity"] = report.test_perplexity.value
+    if report.task_accuracy:
+        logs["privacy/task_accuracy"] = report.task_accuracy.accuracy.accuracy
     for name, metrics in report.attacks.items():
         logs[f"privacy/{name}/auc"] = metrics.auc.auc
         for result in metrics.tpr_at_fpr:
@@ -58,6 +62,9 @@ def headline_metrics(report: AuditReport) -> dict[str, float]:
         logs["privacy/epsilon_lower_bound"] = report.epsilon_audit["epsilon_lower_bound"]
         for count in ("n_canaries", "n_guesses", "n_correct"):
             logs[f"privacy/epsilon_lower_bound/{count}"] = report.epsilon_audit[count]
+        if report.epsilon_audit.get("fdp"):  # Mahloujifar et al.'s Gaussian-DP reading of the same guesses
+            logs["privacy/epsilon_lower_bound_fdp"] = report.epsilon_audit["fdp"]["epsilon_lower_bound"]
+            logs["privacy/mu_lower_bound_fdp"] = report.epsilon_audit["fdp"]["mu_lower_bound"]
     if report.dataset_inference:
         test = report.dataset_inference["test"]
         logs |= {"privacy/dataset_inference_p": test["p_value"],
@@ -156,7 +163,7 @@ class PrivacyAuditCallback(TrainerCallback):
         self.model_name = model_name
         self.rendering = rendering  # how conversational records are scored; None: from the trainer's own args
         self.reports: list[AuditReport] = []
-        self.seconds = 0.0  # wall time spent auditing, so callers can report training time without it
+        self.clock = Clock()  # time spent auditing, so callers can report training time without it
 
     @property
     def report(self) -> AuditReport | None:
@@ -168,12 +175,11 @@ class PrivacyAuditCallback(TrainerCallback):
         return self.rendering or RecordRendering.from_args(args, scored=self.config.scored)
 
     def _audit(self, args: TrainingArguments, state: TrainerState, model: PreTrainedModel, tag: str) -> None:
-        with rendering_context(self._rendering(args)):
+        with rendering_context(self._rendering(args)), self.clock.span():
             self._audit_rendered(args, state, model, tag)
 
     def _audit_rendered(self, args: TrainingArguments, state: TrainerState, model: PreTrainedModel, tag: str
                         ) -> None:
-        start = time.perf_counter()
         model = getattr(model, "module", model)  # unwrap DistributedDataParallel
         name = self.model_name or fine_tuned_name(args.output_dir, getattr(model, "name_or_path", None))
         report = run_audit(model, self.tokenizer, self.split, reference=self.reference,
@@ -181,7 +187,6 @@ class PrivacyAuditCallback(TrainerCallback):
                            model_name=name, shard=True)  # None on ranks other than 0
         exposure = self.canary_callback.exposure_at(state, model) if self.canary_callback is not None else None
         if report is None:
-            self.seconds += time.perf_counter() - start
             return
         if self.canary_callback is not None:
             report.canary_exposure = exposure
@@ -201,7 +206,6 @@ class PrivacyAuditCallback(TrainerCallback):
         self.reports.append(report)
         if tag == "final":
             write_model_card_section(args.output_dir, report)
-        self.seconds += time.perf_counter() - start
 
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                        model: PreTrainedModel | None = None, **kwargs) -> None:
@@ -211,7 +215,7 @@ class PrivacyAuditCallback(TrainerCallback):
         select_attacks(self.config, available_statistics(has_reference), same_tok)
         if self.split.format != "text":  # a record the trainer cannot train on is refused now, not after training
             texts, _ = self.split.labels_and_texts()
-            render_records(texts + self.split.validation, self.tokenizer, self._rendering(args))
+            render_records(texts + self.split.validation + self.split.test, self.tokenizer, self._rendering(args))
 
     def on_epoch_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                      model: PreTrainedModel | None = None, **kwargs) -> None:

@@ -79,7 +79,7 @@ class CanaryCallback(TrainerCallback, ExportableState):
     The callback never touches the data; insert the canaries before tokenizing:
 
         plan = CanaryPlan(seed=0)
-        plan.check_absent(split.non_members, split.validation)
+        plan.check_absent(split.non_members, split.validation, split.test)
         finetune(model, tokenizer, plan.insert(split.members), callbacks=[CanaryCallback(plan, tokenizer)])
 
     Each measurement appends `privacy/canary_exposure_mean` and `_max`, the extrapolated mean and

@@ -1,8 +1,13 @@
-"""The one-run ε audit of a trained model: score every canary, inserted or control, and bound ε (privft.epsilon_audit).
+"""The one-run ε audit of a trained model: score every canary, inserted or control, and bound ε two ways.
+
+Steinke et al.'s (ε, δ) bound (privft.epsilon_audit) and Mahloujifar et al.'s Gaussian-DP bound
+(privft.fdp_audit) read the same guesses; each comes with its ceiling, and `one_run_warnings`
+names what keeps a run from showing more.
 
 The guarantee the bound is set beside is the one a canary has: a canary inserted `copies` times
 fills that many training sequences, so under DP-LoRA it is protected at group level
-(`privft.dp.group_privacy`), and the audit tests that (ε, δ).
+(`privft.dp.group_privacy`), and the audit tests that (ε, δ). DP-LoRA's white-box gradient
+canaries (`privft.dp.gradient_canaries`) are read the same way (`gradient_canary_epsilon_audit`).
 """
 
 from __future__ import annotations
@@ -11,13 +16,18 @@ import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from numpy.typing import ArrayLike
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privft.audit import is_peft_model, same_tokenizer
 from privft.callbacks.canary import canary_logps
 from privft.data.canaries import CanaryPlan
-from privft.dp import group_privacy
+from privft.dp import DPLoraEngine, group_privacy
+from privft.dp.gradient_canaries import SCORE as GRADIENT_SCORE
 from privft.epsilon_audit import audit_one_run
+from privft.fdp_audit import audit_one_run_fdp
+
+MIN_USEFUL_CEILING = 1.0  # a Steinke ceiling below this: even a perfect attack could show little
 
 
 def accountant_guarantee(log_history: Sequence[Mapping[str, Any]]) -> tuple[float, float] | None:
@@ -53,15 +63,58 @@ def one_run_epsilon_audit(model: PreTrainedModel, tokenizer: PreTrainedTokenizer
         with reference_context:
             scores = scores - canary_logps(model if reference is None else reference, tokenizer, plan,
                                            batch_size=batch_size)
-    guarantee = accountant_guarantee(log_history)
-    canary_guarantee = group_privacy(*guarantee, plan.copies) if guarantee else None
-    audit = audit_one_run(scores, plan.included(), delta=canary_guarantee[1] if canary_guarantee else 0.0)
-    return {
-        **audit.to_dict(),
-        "score": "reference ratio (secret log-likelihood, target − reference)" if reference_context is not None
-                 else "secret log-likelihood (loss)",
-        "copies": plan.copies,
+    score = ("reference ratio (secret log-likelihood, target − reference)" if reference_context is not None
+             else "secret log-likelihood (loss)")
+    return one_run_entry(scores, plan.included(), accountant_guarantee(log_history), copies=plan.copies, score=score)
+
+
+def gradient_canary_epsilon_audit(engine: DPLoraEngine) -> dict[str, Any]:
+    """The white-box one-run ε bound of a DP-LoRA run from its gradient canaries (`dp.gradient_canaries`).
+
+    Each canary is one Poisson-sampled "sequence" of one copy, so the bound faces the accountant's
+    per-sequence (ε, δ).
+    """
+    if engine.canaries is None or engine.canaries.included is None:
+        raise ValueError("This DP-LoRA run has no gradient canaries to audit: set dp.gradient_canaries (e.g. 1000) "
+                         "and train at least one step.")
+    return one_run_entry(engine.canaries.scores, engine.canaries.included,
+                         (engine.epsilon(), engine.calibration.delta), copies=1, score=GRADIENT_SCORE)
+
+
+def one_run_entry(scores: ArrayLike, included: ArrayLike, guarantee: tuple[float, float] | None, *, copies: int,
+                  score: str) -> dict[str, Any]:
+    """Both one-run bounds of these scores, beside the accountant's per-sequence `guarantee` (group level `copies`)."""
+    canary_guarantee = group_privacy(*guarantee, copies) if guarantee else None
+    delta = canary_guarantee[1] if canary_guarantee else 0.0
+    entry = {
+        **audit_one_run(scores, included, delta=delta).to_dict(),
+        "score": score,
+        "copies": copies,
         "accountant_epsilon": canary_guarantee[0] if canary_guarantee else None,
         "accountant_delta": canary_guarantee[1] if canary_guarantee else None,
         "accountant_epsilon_per_sequence": guarantee[0] if guarantee else None,
+        "fdp": audit_one_run_fdp(scores, included, delta=delta).to_dict(),
     }
+    return {**entry, "warnings": one_run_warnings(entry)}
+
+
+def one_run_warnings(entry: Mapping[str, Any]) -> list[str]:
+    """What limits how a one-run audit reads: copies > 1, too few canaries, a ceiling below the accountant's ε."""
+    e, fdp = entry, entry["fdp"]
+    ceilings = f"ε ≥ {e['ceiling']:.2f} (Steinke) and ε ≥ {fdp['ceiling']:.2f} (f-DP)"
+    found = []
+    if e["copies"] > 1:
+        vacuous = (f" Its δ = {e['delta']:.3g} makes Steinke's δ term 2·m·δ ≥ 1: little or nothing left to show."
+                   if 2 * e["n_canaries"] * e["delta"] >= 1 else "")
+        found.append(f"One-run audit with {e['copies']} copies per canary: the protocol wants 1. Each canary fills "
+                     f"{e['copies']} training sequences, so the bound measures a repeated text, and under DP it tests "
+                     f"the group guarantee, not the per-sequence ε.{vacuous} Ceilings: {ceilings}. Set "
+                     "canaries.copies: 1.")
+    if e["ceiling"] < MIN_USEFUL_CEILING:
+        found.append(f"{e['n_canaries']} canaries are too few for a bound that says much: every guess right would "
+                     f"show at most {ceilings}. Use hundreds (docs/epsilon-audit.md).")
+    if e["accountant_epsilon"] is not None and fdp["ceiling"] <= e["accountant_epsilon"]:
+        found.append(f"These {e['n_canaries']} canaries cannot refute the accountant's ε = "
+                     f"{e['accountant_epsilon']:.3g}: every guess right would show at most {ceilings}. More canaries "
+                     "raise the ceiling (docs/epsilon-audit.md).")
+    return found

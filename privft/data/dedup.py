@@ -50,8 +50,8 @@ def deduplicated_split(split: MembershipSplit, *, threshold: float = DEDUP_THRES
                        ngram: int = DEDUP_NGRAM_WORDS) -> tuple[MembershipSplit, list[list[str]]]:
     """The split with one text per near-duplicate cluster, and the clusters found (as texts, kept text first).
 
-    Clusters are found over all three sides together; a cluster keeps its first text in the order members,
-    non-members, validation, so a ticket that was trained on stays a member and its held-out copies go:
+    Clusters are found over all sides together; a cluster keeps its first text in the order members,
+    non-members, validation, test, so a ticket that was trained on stays a member and its held-out copies go:
     the same as de-duplicating the pool before drawing the split.
     """
     texts = [text for side in SIDES for text in getattr(split, side)]
@@ -60,7 +60,7 @@ def deduplicated_split(split: MembershipSplit, *, threshold: float = DEDUP_THRES
     dropped = {index for cluster in clusters for index in cluster[1:]}
     kept = {side: [t for i, (t, s) in enumerate(zip(texts, side_of)) if s == side and i not in dropped]
             for side in SIDES}
-    deduplicated = MembershipSplit.from_texts(kept["members"], kept["non_members"], kept["validation"],
+    deduplicated = MembershipSplit.from_texts(kept["members"], kept["non_members"], kept["validation"], kept["test"],
                                               seed=split.seed, source=f"{split.source}, near-duplicates removed",
                                               near_duplicate_threshold=split.near_duplicate_threshold)
     return deduplicated, [[texts[i] for i in cluster] for cluster in clusters]

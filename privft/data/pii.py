@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from privft.data.canaries import CanaryError, CanaryPlan
+from privft.data.designed_canaries import DesignedCanaryPlan
 
 FIRST_NAMES = (
     "James", "Mary", "Robert", "Patricia", "John", "Jennifer", "Michael", "Linda", "David", "Elizabeth",
@@ -167,5 +168,7 @@ class PIICanaryPlan(CanaryPlan):
 
 
 def plan_from_dict(record: Mapping[str, Any]) -> CanaryPlan:
-    """Rebuild a digit or PII canary plan from its `to_dict()` record (a PII record carries its `kind`)."""
+    """Rebuild a digit, PII or designed canary plan from its `to_dict()` record (one carries `kind` or `design`)."""
+    if "design" in record:
+        return DesignedCanaryPlan.from_dict(record)
     return PIICanaryPlan.from_dict(record) if "kind" in record else CanaryPlan.from_dict(record)

@@ -1,4 +1,4 @@
-"""A seeded membership split (members, non-members, validation) with a checksummed JSON manifest."""
+"""A seeded membership split (members, non-members, validation, test) with a checksummed JSON manifest."""
 
 from __future__ import annotations
 
@@ -27,9 +27,10 @@ from privft.io import atomic_write_text
 
 MANIFEST_FORMAT = "privft.membership-split"
 MANIFEST_VERSION = 1
-SIDES = ("members", "non_members", "validation")
+SIDES = ("members", "non_members", "validation", "test")
+OPTIONAL_SIDES = ("test",)  # a manifest holds them only when they hold texts (as manifests saved before them)
 MIN_PER_SIDE = 2  # members and non-members each: fewer leaves the AUC or the blind baseline undefined
-ID_PREFIXES = {"members": "member", "non_members": "non-member", "validation": "validation"}
+ID_PREFIXES = {"members": "member", "non_members": "non-member", "validation": "validation", "test": "test"}
 SHOWN_PAIRS = 5
 PREVIEW_CHARS = 80
 
@@ -53,7 +54,7 @@ def distinct_texts(texts: Sequence[Record]) -> list[Record]:
 
 
 class NearDuplicateWarning(UserWarning):
-    """Non-member or validation texts share most of their word 13-grams with the members."""
+    """Non-member, validation or test texts share most of their word 13-grams with the members."""
 
 
 class NearDuplicate(NamedTuple):
@@ -69,16 +70,21 @@ class NearDuplicate(NamedTuple):
 class MembershipSplit:
     """Members (trained on), non-members (held out) and validation records for a membership audit.
 
+    An optional test side holds texts that nothing but the final utility measurement reads: not
+    training, not the audit's attacks, not SOFT's validation threshold, not tuning.
+
     A side holds texts or conversational records (`privft.data.records`), one format for the whole
     split. Every construction path is validated: the records must be well formed, members and
-    non-members non-empty, and no record may sit on two sides (compared by content). Non-member or
-    validation texts whose word 13-grams are at least `near_duplicate_threshold` (default 0.8, the MIMIR filter) found in
-    the members are listed in `near_duplicates` and reported with a `NearDuplicateWarning`.
+    non-members non-empty, and no record may sit on two sides (compared by content). Non-member,
+    validation or test texts whose word 13-grams are at least `near_duplicate_threshold` (default 0.8,
+    the MIMIR filter) found in the members are listed in `near_duplicates` and reported with a
+    `NearDuplicateWarning`.
     """
 
     members: list[Record]
     non_members: list[Record]
     validation: list[Record] = field(default_factory=list)
+    test: list[Record] = field(default_factory=list)
     seed: int | None = None
     source: str = "custom"
     near_duplicate_threshold: float = NEAR_DUPLICATE_THRESHOLD
@@ -104,16 +110,22 @@ class MembershipSplit:
         n_members: int,
         n_non_members: int,
         n_validation: int = 0,
+        n_test: int = 0,
         seed: int = 0,
         source: str = "custom",
         near_duplicate_threshold: float = NEAR_DUPLICATE_THRESHOLD,
     ) -> MembershipSplit:
-        """Draw disjoint sides uniformly at random (numpy `default_rng(seed)`) from `texts` (texts or records)."""
+        """Draw disjoint sides uniformly at random (numpy `default_rng(seed)`) from `texts` (texts or records).
+
+        The sides are cut in order from one seeded permutation, the test side last: adding a test side
+        leaves the other three as they were drawn without it.
+        """
         pool = distinct_texts(check_records(list(texts), f"{source} texts"))  # the first of texts equal up to spacing
         sizes = {
             "n_members": n_members,
             "n_non_members": n_non_members,
             "n_validation": n_validation,
+            **({"n_test": n_test} if n_test else {}),
         }
         _check_sizes(sizes, len(pool), source)
         order = np.random.default_rng(seed).permutation(len(pool))[: sum(sizes.values())]
@@ -122,7 +134,8 @@ class MembershipSplit:
         return cls(
             drawn[:n_members],
             drawn[n_members:cut],
-            drawn[cut:],
+            drawn[cut:cut + n_validation],
+            drawn[cut + n_validation:],
             seed=seed,
             source=source,
             near_duplicate_threshold=near_duplicate_threshold,
@@ -134,6 +147,7 @@ class MembershipSplit:
         members: Iterable[Record],
         non_members: Iterable[Record],
         validation: Iterable[Record] = (),
+        test: Iterable[Record] = (),
         *,
         seed: int | None = None,
         source: str = "custom",
@@ -144,6 +158,7 @@ class MembershipSplit:
             list(members),
             list(non_members),
             list(validation),
+            list(test),
             seed=seed,
             source=source,
             near_duplicate_threshold=near_duplicate_threshold,
@@ -161,9 +176,13 @@ class MembershipSplit:
         labels = np.concatenate([np.ones(len(self.members)), np.zeros(len(self.non_members))])
         return self.members + self.non_members, labels.astype(np.int64)
 
+    def sides(self) -> tuple[str, ...]:
+        """The sides this split records: members, non-members and validation, and the test side when it has texts."""
+        return tuple(side for side in SIDES if side not in OPTIONAL_SIDES or getattr(self, side))
+
     def counts(self) -> dict[str, int]:
-        """Return the number of texts on each side."""
-        return {side: len(getattr(self, side)) for side in SIDES}
+        """Return the number of texts on each side (`sides`)."""
+        return {side: len(getattr(self, side)) for side in self.sides()}
 
     def to_manifest(self) -> dict[str, Any]:
         """Return the JSON-ready manifest: settings, counts and id/sha256/text records per side."""
@@ -175,7 +194,7 @@ class MembershipSplit:
             "near_duplicate_threshold": self.near_duplicate_threshold,
             "counts": self.counts(),
         }
-        for side in SIDES:
+        for side in self.sides():
             manifest[side] = [
                 _manifest_entry(record_id(side, i), record) for i, record in enumerate(getattr(self, side))
             ]
@@ -252,11 +271,11 @@ class MembershipSplit:
         return repeats
 
     def _find_near_duplicates(self) -> list[NearDuplicate]:
-        """Find non-member and validation texts whose 13-grams are mostly found in the members."""
+        """Find non-member, validation and test texts whose 13-grams are mostly found in the members."""
         index = index_members([record_content(r) for r in self.members])
         return [
             NearDuplicate(side, *hit)
-            for side in ("non_members", "validation")
+            for side in SIDES[1:]
             for hit in near_duplicates(index, [record_content(r) for r in getattr(self, side)],
                                        self.near_duplicate_threshold)
         ]
@@ -297,7 +316,7 @@ def _manifest_entry(entry_id: str, record: Record) -> dict[str, Any]:
 def _check_sizes(sizes: dict[str, int], available: int, source: str) -> None:
     """Require non-negative sizes (at least `MIN_PER_SIDE` on both audit sides) that fit in `available` texts."""
     for name, n in sizes.items():
-        if n < (0 if name == "n_validation" else MIN_PER_SIDE):
+        if n < (0 if name in ("n_validation", "n_test") else MIN_PER_SIDE):
             raise DataError(f"{source!r} split: {name}={n} is too small; an audit needs at least {MIN_PER_SIDE} "
                             "members and non-members")
     needed = sum(sizes.values())
@@ -329,6 +348,8 @@ def _read_manifest(path: Path) -> dict[str, Any]:
 
 def _verified_texts(manifest: dict[str, Any], side: str, path: Path) -> list[Record]:
     """Return one side's texts after checking ids, sha256 digests and the recorded count."""
+    if side in OPTIONAL_SIDES and side not in manifest and side not in manifest.get("counts", {}):
+        return []  # saved without it: the split has none
     records = manifest.get(side, [])
     expected = manifest.get("counts", {}).get(side)
     if expected != len(records):

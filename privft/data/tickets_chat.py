@@ -8,7 +8,8 @@ Every reply greets the customer by full name, names the order and states the can
 product and problem (`fix_for`): a product-specific fix for pairing and warranty tickets (which always name
 their product), one fix per problem for shipping, refund, billing, address and login tickets. The phrasing
 around the fix varies, the fix does not, so `reply_gives_fix` can decide from its key phrases whether a
-generated reply gives the right fix (task accuracy). Near-duplicates and unusual names are recorded on each
+generated reply gives the right fix (task accuracy); a record carries its ticket's fix in its reply, so
+`record_fix` reads the ground truth back from the record alone. Near-duplicates and unusual names are recorded on each
 `ChatTicket` as on `Ticket`. Records come in trl's conversational formats: ``messages`` or
 ``prompt_completion`` (the prompt holds the optional system turn and the ticket, the completion the reply).
 """
@@ -21,6 +22,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from privft.data.errors import DataError
+from privft.data.records import Record, turn_contents
 from privft.data.tickets import MONTHS, PRODUCTS, Ticket, generate_tickets, named_product, pick
 
 LICENCE = "generated here (privft.data.tickets_chat: synthetic, no third-party text)"
@@ -121,6 +123,21 @@ def reply_gives_fix(reply: str, fix: Fix) -> bool:
     """Whether `reply` states `fix` and no other fix: all of a fix's key phrases, as whole words, case-insensitive."""
     text = " ".join(reply.lower().split())
     return _states(text, fix) and not any(_states(text, other) for other in ALL_FIXES if other != fix)
+
+
+def record_fix(record: Record) -> Fix:
+    """The ground-truth fix of a tickets-chat record: the canonical fix whose sentence its recorded reply holds.
+
+    The generator writes each reply around its ticket's `ChatTicket.fix` sentence, verbatim, in either format and
+    with or without a system turn; a record of another corpus holds none and is refused.
+    """
+    reply = " ".join(turn_contents(record, roles=("assistant",)))
+    found = [fix for fix in ALL_FIXES if fix.text in reply]
+    if len(found) != 1:
+        raise DataError(f"tickets-chat: the reply {reply[:60]!r}... states {len(found)} canonical fixes, not one, so "
+                        "it has no ground truth to score a generated reply against; task accuracy reads tickets-chat "
+                        "records (data.corpus: tickets-chat, or a file of its records, replies unchanged)")
+    return found[0]
 
 
 def _states(text: str, fix: Fix) -> bool:

@@ -16,6 +16,17 @@ from opacus.accountants import PRVAccountant, RDPAccountant
 from opacus.accountants.utils import get_noise_multiplier
 
 EPS_ERROR = 0.01  # PRV's allowed error in ε (at most; 1 % of the target for small ε); reported ε is the upper bound
+# The largest target ε privft calibrates σ for; DPSettings refuses more when it is built, before any file is written.
+# opacus' bisection evaluates PRV's ε about 22 times, and each evaluation slows as σ shrinks (q = 0.04, T = 75:
+# σ = 0.3 takes 3 s, 0.12 takes 12 s, 0.1 35 s, 0.08 65 s); at σ ≤ 0.09 PRV's ε is infinite, so a target near the
+# largest finite ε takes many minutes or is never reached (ε = 1,000: no answer after 300 s). Calibration time on 2
+# loaded CPU cores: at q = 0.04, T = 75 (200 sequences, batch 8, 3 epochs) ε = 8 takes 4 s, 50 12 s, 100 18 s, 150
+# 44 s, 200 over 40 s; ε = 100 takes 17 s at q = 0.25, T = 16 and 52 s at q = 0.008, T = 375; at q = 0.01, T = 3,000
+# ε = 8 takes 7 s, 30 36 s and 100 over 75 s. 100 is also the largest ε privft's experiments use (the SOFT paper's
+# Table 5 row), and beyond it an (ε, δ) guarantee bounds nothing (e^100 ≈ 10^43).
+MAX_TARGET_EPSILON = 100.0
+TOO_LARGE = ("the noise calibration slows steeply above it (100 takes about 20 s, 1,000 gave no answer in 5 "
+             "minutes), and there the guarantee bounds nothing; to train without DP, leave the target ε unset.")
 
 
 def eps_error(target_epsilon: float) -> float:
@@ -62,6 +73,8 @@ def calibrate(target_epsilon: float, delta: float, sample_rate: float, steps: in
     """Solve σ so that the PRV ε after `steps` Poisson-sampled steps is at most `target_epsilon`."""
     if not target_epsilon > 0 or not math.isfinite(target_epsilon):
         raise ValueError(f"target_epsilon={target_epsilon!r} must be a positive finite number.")
+    if target_epsilon > MAX_TARGET_EPSILON:
+        raise ValueError(f"target_epsilon={target_epsilon!r} must be at most {MAX_TARGET_EPSILON:g}: {TOO_LARGE}")
     if not 0 < delta < 1:
         raise ValueError(f"delta={delta!r} must be in (0, 1); the default min(1e-5, 1/N^1.1) is a safe choice.")
     if not 0 < sample_rate < 1:

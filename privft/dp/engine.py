@@ -15,10 +15,12 @@ from opacus.optimizers import DPOptimizer
 
 from privft.dp.accounting import Calibration, calibrate, default_delta, epsilon_rdp, epsilon_spent, group_privacy
 from privft.dp.checks import DPConfigError
+from privft.dp.gradient_canaries import CanaryDPOptimizer, GradientCanaries
 from privft.dp.settings import DPSettings
 
 PRIVACY_UNIT = "one training sequence"
-SAMPLING, NOISE = 0, 1  # the two random streams: Poisson batch masks and Gaussian noise, never the same generator
+# The random streams, never the same generator: Poisson batch masks, Gaussian noise, the gradient canaries' draws
+SAMPLING, NOISE, CANARIES = 0, 1, 2
 
 
 class DPLoraEngine:
@@ -34,6 +36,7 @@ class DPLoraEngine:
     derives them from a fixed number instead, for tests and reproducibility only: whoever knows it
     can recompute the batches and the noise, which voids the guarantee's assumption that both are
     secret (the assumption opacus' `secure_mode` strengthens with a cryptographic generator).
+    With `gradient_canaries`, the white-box audit's canaries (`canaries`) draw from a third stream.
     """
 
     def __init__(self, settings: DPSettings) -> None:
@@ -54,6 +57,8 @@ class DPLoraEngine:
         self.optimizer: DPOptimizer | None = None
         self.hooks: Any = None
         self._epsilon_cache: tuple[int, float] | None = None
+        self.canaries = (GradientCanaries(settings.gradient_canaries, np.random.SeedSequence(
+            self.seed, spawn_key=(CANARIES,))) if settings.gradient_canaries else None)
 
     def calibrate(self, n_examples: int, logical_batch_size: int, steps: int) -> Calibration:
         """Solve σ for N = `n_examples`, q = L/N and T = `steps`; a second call must find the same settings."""
@@ -125,9 +130,15 @@ class DPLoraEngine:
         if self.calibration is None:
             raise RuntimeError("Calibrate before wrapping the optimizer.")
         device = optimizer.param_groups[0]["params"][0].device  # opacus draws the noise where the parameters are
-        self.optimizer = DPOptimizer(optimizer, noise_multiplier=self.calibration.noise_multiplier,
-                                     max_grad_norm=self.max_grad_norm, expected_batch_size=self.logical_batch_size,
-                                     loss_reduction="mean", generator=self.generator(NOISE, device))
+        settings = dict(noise_multiplier=self.calibration.noise_multiplier, max_grad_norm=self.max_grad_norm,
+                        expected_batch_size=self.logical_batch_size, loss_reduction="mean",
+                        generator=self.generator(NOISE, device))
+        if self.canaries is None:
+            self.optimizer = DPOptimizer(optimizer, **settings)
+        else:  # the canaries join batches at the training sequences' rate q, from a stream of their own
+            self.optimizer = CanaryDPOptimizer(optimizer, **settings, canaries=self.canaries,
+                                               sampler=self.generator(CANARIES),
+                                               sample_rate=self.calibration.sample_rate)
         self.optimizer.attach_step_hook(self._count_noised_step)
         return self.optimizer
 
@@ -148,17 +159,25 @@ class DPLoraEngine:
             self.hooks = None
 
     def state_dict(self) -> dict[str, Any]:
-        """JSON-ready state saved with each checkpoint: the calibration and the accountant's history."""
+        """JSON-ready state saved with each checkpoint: the calibration, the accountant's history, the canaries."""
         return {"calibration": self.calibration.to_dict() if self.calibration else None,
-                "history": [list(entry) for entry in self.accountant.history]}
+                "history": [list(entry) for entry in self.accountant.history],
+                **({"gradient_canaries": self.canaries.state_dict()} if self.canaries else {})}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore the accountant from a checkpoint; its calibration must equal this run's."""
+        """Restore the accountant (and gradient canaries) from a checkpoint; its calibration must equal this run's."""
         saved = Calibration(**state["calibration"])
         if saved != self.calibration:
             raise DPConfigError(f"The checkpoint was calibrated as {saved} but this run as {self.calibration}; resume "
                                 "with the same data, batch size, epochs or max_steps, and privacy settings.")
+        canaries = state.get("gradient_canaries") or {"count": 0}
+        if canaries["count"] != (self.canaries.count if self.canaries else 0):
+            raise DPConfigError(f"The checkpoint was trained with {canaries['count']} gradient canaries but this run "
+                                f"has {self.canaries.count if self.canaries else 0}; resume with the same "
+                                "dp.gradient_canaries.")
         self.accountant.history = [tuple(entry) for entry in state["history"]]
+        if self.canaries is not None:
+            self.canaries.load_state_dict(canaries)
 
     def summary(self) -> dict[str, Any]:
         """Everything needed to read the guarantee: settings, calibration, noised steps, ε spent, group level k.
@@ -176,6 +195,7 @@ class DPLoraEngine:
         return {**(self.calibration.to_dict() if self.calibration else {}), **spent,
                 "max_multiplicity": self.max_multiplicity, "repeated_texts": self.repeated_texts,
                 "noised_steps": self.noised_steps, "max_grad_norm": self.max_grad_norm,
+                "gradient_canaries": self.canaries.count if self.canaries else 0,
                 "logical_batch_size": self.logical_batch_size, "physical_batch_size": self.physical_batch_size,
                 "n_examples": self.n_examples, "accountant": "prv", "sampling": "poisson",
                 "privacy_unit": PRIVACY_UNIT, "secure_mode": False,

@@ -63,6 +63,10 @@ class ShadowSettings:
     def __post_init__(self) -> None:
         """Check the settings that the plan's balance and the stored windows rely on."""
         check_start_rule(self.start_token)
+        if self.canaries.design != "random":
+            raise ValueError(f"canaries.design={self.canaries.design!r}: a shadow farm plants digit or PII canaries "
+                             "only, since a designed plan draws from a tokenizer and training records that the farm "
+                             "plan does not load; set canaries.design: random.")
         if self.n_shadows < 6:
             raise ValueError(f"The 'n_shadows' parameter of ShadowSettings must be at least 6: each leave-one-out "
                              "fold then keeps 2 IN and 2 OUT shadows per example, the fewest a per-example variance "

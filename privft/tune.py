@@ -1,0 +1,139 @@
+"""Tuning by the book: one run per learning rate, each epoch's checkpoint kept, the least validation loss audited.
+
+A tuned run trains `training.epochs` once per learning rate (at most three), in `<output_dir>/tune/lr-<rate>/`;
+the Trainer evaluates the split's validation texts after every epoch and keeps that epoch's checkpoint
+(`privft.pipeline.train_epochs`), so one run serves epochs 1 to `training.epochs`. The (learning rate, epoch) of
+least validation loss is then audited as any finished run is: `run_training` resumed from that checkpoint with
+`training.epochs` set to the chosen epoch, so no step is left and its final audit, report and model card are the
+run's. Neither the audit's members and non-members nor a test text is read to choose. A finished learning rate
+(its `tune.json`) is skipped on a rerun; a killed one resumes from its last finished epoch.
+
+DP-LoRA's noise is calibrated to all of the run's epochs, and its accountant resumes only a run of the same
+calibration, so a DP-LoRA run chooses its learning rate at its last epoch (the other epochs' losses are recorded).
+Choosing on the private split's validation texts spends privacy that the run's ε does not count.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+from transformers.trainer import TRAINER_STATE_NAME
+from transformers.trainer_utils import sort_checkpoints
+
+from privft.config import require
+from privft.dp.callback import STATE_FILE as DP_STATE_FILE
+from privft.io import atomic_write_text
+from privft.pipeline import RunConfig, RunResult, check_output_dir, run_training, train_epochs
+from privft.training import last_complete_checkpoint
+
+MAX_LEARNING_RATES = 3
+FINISHED = "tune.json"  # a learning rate's record, written once its run has finished
+UNCOUNTED_PRIVACY = ("tuned on the private split's validation texts, which spends privacy the ε shown does not "
+                     "count")
+
+
+@dataclass
+class TuneSettings:
+    """The learning rates a tuned run tries (at most three); its epoch is read from each run's per-epoch validation."""
+
+    learning_rates: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        """Refuse an empty, over-long, repeated or non-positive grid before anything trains."""
+        rates = list(self.learning_rates)
+        require(0 < len(rates) <= MAX_LEARNING_RATES, "learning_rates", rates,
+                f"must list one to {MAX_LEARNING_RATES} learning rates (a committed grid per method, e.g. "
+                "[3e-4, 1e-3, 3e-3]); keep at most three.")
+        require(all(math.isfinite(rate) and rate > 0 for rate in rates), "learning_rates", rates,
+                "must hold positive numbers only: at 0 or below a run trains nothing (or ascends the loss).")
+        require(len(set(rates)) == len(rates), "learning_rates", rates, "lists a rate twice; give each rate once.")
+
+
+def check_tunable(config: RunConfig, where: str) -> None:
+    """Refuse to tune a run whose split has no validation texts to choose by (`where` names the run)."""
+    if config.data.n_validation < 1:
+        raise ValueError(f"{where}: tune chooses by validation loss, but data.n_validation is "
+                         f"{config.data.n_validation}; set data.n_validation to at least 1 (e.g. 50), or drop tune.")
+
+
+def epochs_tuned(config: RunConfig) -> bool:
+    """Whether the run chooses its epoch too: not under DP-LoRA, whose noise is calibrated to all its epochs."""
+    return config.dp.target_epsilon is None
+
+
+def rate_config(config: RunConfig, rate: float) -> RunConfig:
+    """The run of one learning rate: `config` at `rate`, in its own folder under `<output_dir>/tune/`."""
+    folder = Path(config.training.output_dir) / "tune" / f"lr-{rate:g}"
+    return replace(config, training=replace(config.training, learning_rate=rate, output_dir=str(folder)))
+
+
+def epoch_losses(folder: Path) -> list[dict[str, Any]]:
+    """Each epoch's validation loss and checkpoint (its folder's name), read from the checkpoints' Trainer states."""
+    epochs = []
+    for checkpoint in sort_checkpoints(str(folder)):
+        state = json.loads((Path(checkpoint) / TRAINER_STATE_NAME).read_text(encoding="utf-8"))
+        loss = next(entry["eval_loss"] for entry in reversed(state["log_history"]) if "eval_loss" in entry)
+        epochs.append({"epoch": round(state["epoch"]), "validation_loss": loss, "checkpoint": Path(checkpoint).name})
+    return epochs
+
+
+def tuning_run(config: RunConfig) -> dict[str, Any]:
+    """One learning rate's run (`rate_config`), or its record if it finished: times and every epoch's loss."""
+    out = Path(config.training.output_dir)
+    check_output_dir(out, config)  # a finished run of other settings is refused, never read as this one's
+    if (out / FINISHED).exists():
+        return json.loads((out / FINISHED).read_text(encoding="utf-8"))
+    private = config.dp.target_epsilon is not None
+    print(f"[privft tune] learning rate {config.training.learning_rate:g} in {out}", flush=True)
+    result = train_epochs(config, resume_from=last_complete_checkpoint(out, (DP_STATE_FILE,) if private else ()))
+    record = {"learning_rate": config.training.learning_rate, "epochs": epoch_losses(out),
+              "train_seconds": result.train_seconds, "train_cpu_seconds": result.train_cpu_seconds,
+              "resumed_from": result.resumed_from}
+    atomic_write_text(out / FINISHED, json.dumps(record, indent=1))
+    return record
+
+
+def choose(runs: list[dict[str, Any]], last_epoch_only: bool) -> dict[str, Any]:
+    """The (learning rate, epoch) of least validation loss, earlier rates and epochs first on a tie; NaN never wins."""
+    candidates = [dict(epoch, learning_rate=run["learning_rate"]) for run in runs
+                  for epoch in (run["epochs"][-1:] if last_epoch_only else run["epochs"])
+                  if math.isfinite(epoch["validation_loss"])]
+    if not candidates:
+        raise ValueError(f"Every tuning run's validation loss is NaN or infinite (learning rates "
+                         f"{[run['learning_rate'] for run in runs]}): every rate diverged; try smaller ones.")
+    return min(candidates, key=lambda candidate: candidate["validation_loss"])
+
+
+def run_tuned(config: RunConfig, settings: TuneSettings, *, extra_callbacks: Sequence[TrainerCallback] = ()
+              ) -> tuple[RunResult, dict[str, Any]]:
+    """Train each learning rate (finished ones skipped), choose by validation loss and audit that checkpoint.
+
+    Returns the audit's result (the run in `config.training.output_dir`, at the chosen rate and epoch) and the
+    selection: the chosen rate and epoch, the grid of every rate × epoch validation loss, and the tuning's cost.
+    """
+    check_tunable(config, config.training.output_dir)
+    runs = [tuning_run(rate_config(config, rate)) for rate in settings.learning_rates]
+    per_epoch = epochs_tuned(config)
+    chosen = choose(runs, last_epoch_only=not per_epoch)
+    audited = replace(config, training=replace(config.training, learning_rate=chosen["learning_rate"],
+                                               epochs=chosen["epoch"]))
+    checkpoint = Path(rate_config(config, chosen["learning_rate"]).training.output_dir) / chosen["checkpoint"]
+    result = run_training(audited, resume_from=str(checkpoint), extra_callbacks=extra_callbacks)
+    resumed = [run["resumed_from"] for run in runs if run["resumed_from"]]
+    selection = {
+        "learning_rates": list(settings.learning_rates), "learning_rate": chosen["learning_rate"],
+        "epoch": chosen["epoch"], "of_epochs": config.training.epochs, "epochs_tuned": per_epoch,
+        "selected_by": f"least validation loss ({config.data.n_validation} validation texts)",
+        "grid": [{"learning_rate": run["learning_rate"], "epoch": epoch["epoch"],
+                  "validation_loss": epoch["validation_loss"]} for run in runs for epoch in run["epochs"]],
+        "train_seconds": sum(run["train_seconds"] for run in runs),
+        "train_cpu_seconds": sum(run["train_cpu_seconds"] for run in runs),
+        "resumed_from": resumed[0] if resumed else None,
+        "uncounted_privacy": UNCOUNTED_PRIVACY if config.dp.target_epsilon is not None else None}
+    return result, selection

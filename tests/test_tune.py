@@ -1,0 +1,158 @@
+"""Tuned compare cells: one run per learning rate, the epoch of least validation loss audited, reruns skip runs."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file
+
+import privft.tune
+from privft.audit import AuditConfig
+from privft.compare import CellSpec, CompareConfig, GridSettings, _tuned, grid_cells, run_compare
+from privft.config import ConfigError, from_dict, load_yaml, save_yaml, to_dict
+from privft.pipeline import DataSettings, DPSettings, RunConfig, SoftSettings
+from privft.training import FinetuneSettings, LoraSettings
+from privft.tune import FINISHED, TuneSettings, choose, rate_config, tuning_run
+
+
+@pytest.fixture()
+def config(tiny_model_dir, local_texts, tmp_path, one_thread) -> CompareConfig:
+    """A grid of the pretrained and plain-LoRA rows only; tests add tuned cells (2 epochs of 4 steps each)."""
+    data_file = tmp_path / "texts.json"
+    data_file.write_text(json.dumps([t[:200] for t in local_texts if len(t) >= 120][:80]))
+    run = RunConfig(
+        model=tiny_model_dir,
+        data=DataSettings(corpus=None, path=str(data_file), max_words=None, n_members=16, n_non_members=16,
+                          n_validation=4),
+        training=FinetuneSettings(epochs=2, batch_size=4, max_length=64, learning_rate=1e-2,
+                                  lora=LoraSettings(rank=4, alpha=8, targets=("q_proj", "v_proj"))),
+        soft=SoftSettings(paraphraser="neighbour"),
+        dp=DPSettings(max_grad_norm=1.0, physical_batch_size=2, seed=0),
+        audit=AuditConfig(attacks=("loss", "ref_ratio"), n_bootstrap=20, max_fprs=(0.1,)),
+    )
+    grid = GridSettings(full_finetune=False, lora_ranks=(), soft_rules=(), dp_epsilons=())
+    return CompareConfig(run=run, grid=grid, output_dir=str(tmp_path / "compare"))
+
+
+def with_cells(config: CompareConfig, *cells: CellSpec) -> CompareConfig:
+    """`config` with `cells` as its grid.cells."""
+    return replace(config, grid=replace(config.grid, cells=cells))
+
+
+def test_tuned_lora_cell_audits_the_least_validation_loss_checkpoint_and_a_rerun_skips_its_runs(config, monkeypatch):
+    config = with_cells(config, CellSpec("LoRA tuned", "lora", tune=TuneSettings(learning_rates=(1e-4, 3e-2))))
+    row = run_compare(config).rows[-1]
+    tune = row["tune"]
+    assert [(g["learning_rate"], g["epoch"]) for g in tune["grid"]] == [(1e-4, 1), (1e-4, 2), (3e-2, 1), (3e-2, 2)]
+    best = min(tune["grid"], key=lambda g: g["validation_loss"])
+    assert (tune["learning_rate"], tune["epoch"]) == (best["learning_rate"], best["epoch"])
+    cell = Path(config.cells_path) / "lora-tuned"
+    chosen = cell / "tune" / f"lr-{best['learning_rate']:g}" / f"checkpoint-{4 * best['epoch']}"
+    audited = json.loads((cell / "manifest.json").read_text())["config"]["training"]
+    assert (audited["learning_rate"], audited["epochs"]) == (best["learning_rate"], best["epoch"])
+    weights, saved = (load_file(folder / "adapter_model.safetensors") for folder in (chosen, cell / "model"))
+    assert saved.keys() == weights.keys() and all((saved[k] == weights[k]).all() for k in saved)  # that checkpoint
+    report = json.loads((cell / "report.json").read_text())
+    assert report["training_steps"] == 4 * best["epoch"] and report["training"]["epochs"] == best["epoch"]
+    assert row["train_seconds"] == pytest.approx(sum(json.loads((cell / "tune" / f"lr-{r:g}" / FINISHED).read_text())
+                                                     ["train_seconds"] for r in (1e-4, 3e-2)))
+    assert row["config"] == to_dict(grid_cells(config)[-1].config)  # the cell's own settings, which a rerun checks
+    table = (Path(config.output_dir) / "compare.md").read_text()
+    assert f"tuned (early stopping: lr {best['learning_rate']:g}, epoch {best['epoch']}/2" in table
+    assert "Tuned rows:" in table and tune["uncounted_privacy"] is None
+
+    assert run_compare(config).ran == []  # a finished cell is read, not rerun
+    (cell / "cell.json").unlink()  # a cell killed after its runs: the rerun audits again and trains nothing
+    monkeypatch.setattr(privft.tune, "train_epochs", lambda *a, **k: pytest.fail("a finished run was retrained"))
+    rerun = run_compare(config)
+    assert rerun.ran == ["LoRA tuned"] and rerun.rows[-1]["tune"]["grid"] == tune["grid"]
+    assert rerun.rows[-1]["strongest"]["auc"] == pytest.approx(row["strongest"]["auc"])
+
+
+@pytest.mark.parametrize("method", ["lora", "soft", "full", "goldfish"])
+def test_an_earlier_epoch_is_audited_as_a_finished_run_of_that_many_epochs(config, monkeypatch, method):
+    training = replace(config.run.training, output_dir=str(Path(config.output_dir) / "cell"),
+                       lora=None if method == "full" else config.run.training.lora)
+    run = replace(config.run, soft=replace(config.run.soft, rule="release" if method == "soft" else None),
+                  goldfish=replace(config.run.goldfish, k=4 if method == "goldfish" else None), training=training)
+    monkeypatch.setattr(privft.tune, "choose", lambda runs, last_epoch_only: dict(runs[0]["epochs"][0],
+                                                                                  learning_rate=1e-2))
+    result, selection = privft.tune.run_tuned(run, TuneSettings(learning_rates=(1e-2,)))
+    assert (selection["learning_rate"], selection["epoch"], selection["of_epochs"]) == (1e-2, 1, 2)
+    assert [g["epoch"] for g in selection["grid"]] == [1, 2] and selection["epochs_tuned"]
+    folder = Path(run.training.output_dir)
+    name = "model.safetensors" if method == "full" else "adapter_model.safetensors"
+    weights, saved = (load_file(f / name) for f in (folder / "tune/lr-0.01/checkpoint-4", folder / "model"))
+    assert saved.keys() == weights.keys() and all((saved[k] == weights[k]).all() for k in saved)  # that checkpoint
+    assert result.report.training_steps == 4 and result.report.training.epochs == 1
+    assert json.loads((folder / "report.json").read_text())["training_steps"] == 4
+    assert (result.report.training.soft is not None) == (method == "soft")  # SOFT's state comes with the checkpoint
+
+
+def test_a_killed_tuning_run_resumes_from_its_last_finished_epoch(config):
+    run = rate_config(replace(config.run, training=replace(config.run.training, output_dir=str(
+        Path(config.output_dir) / "cell"))), 1e-2)
+    first = tuning_run(run)
+    folder = Path(run.training.output_dir)
+    assert [e["epoch"] for e in first["epochs"]] == [1, 2] and first["resumed_from"] is None
+    (folder / FINISHED).unlink()  # killed while saving its last epoch: that checkpoint's state is cut short
+    (folder / "checkpoint-8" / "trainer_state.json").write_text('{"epoch": 2')
+    resumed = tuning_run(run)
+    assert resumed["resumed_from"] == str(folder / "checkpoint-4")
+    assert [e["epoch"] for e in resumed["epochs"]] == [1, 2]
+    assert all(math.isfinite(e["validation_loss"]) for e in resumed["epochs"])
+    assert resumed["epochs"][0] == first["epochs"][0]  # epoch 1 is read, not retrained
+    other = replace(run, training=replace(run.training, batch_size=2))
+    with pytest.raises(ValueError, match="holds another run"):  # a finished run of other settings is not reused
+        tuning_run(other)
+
+
+def test_a_tuned_dp_run_reads_its_last_epoch_and_its_row_says_what_its_epsilon_leaves_out(config):
+    run = replace(config.run, dp=replace(config.run.dp, target_epsilon=8.0), training=replace(
+        config.run.training, output_dir=str(Path(config.output_dir) / "cell")))
+    result, selection = privft.tune.run_tuned(run, TuneSettings(learning_rates=(3e-2,)))
+    assert [g["epoch"] for g in selection["grid"]] == [1, 2] and not selection["epochs_tuned"]
+    assert selection["epoch"] == 2  # whatever epoch 1's loss: the noise is calibrated to both epochs
+    assert result.privacy["noised_steps"] == result.privacy["steps"] and result.privacy["epsilon"] <= 8.0
+    assert "ε shown does not count" in _tuned({"family": "dp", "tune": selection})
+
+
+def test_choice_is_the_least_finite_loss_and_dp_reads_the_last_epoch():
+    def run(rate, *losses):
+        return {"learning_rate": rate, "epochs": [{"epoch": i + 1, "validation_loss": loss, "checkpoint": f"c{i}"}
+                                                  for i, loss in enumerate(losses)]}
+    runs = [run(1e-3, 3.0, 2.0, 2.5), run(3e-3, math.nan, math.nan, math.nan), run(1e-2, 2.0, 2.2, 2.4)]
+    assert (choose(runs, False)["learning_rate"], choose(runs, False)["epoch"]) == (1e-3, 2)  # tie: the earlier rate
+    assert (choose(runs, True)["learning_rate"], choose(runs, True)["epoch"]) == (1e-2, 3)
+    with pytest.raises(ValueError, match="diverged"):
+        choose([runs[1]], False)
+
+
+def test_tune_round_trips_through_yaml_and_refuses_bad_grids_by_key(config, tmp_path):
+    tuned = with_cells(config, CellSpec("LoRA tuned", "lora", tune=TuneSettings(learning_rates=(3e-4, 1e-3, 3e-3))))
+    assert load_yaml(CompareConfig, save_yaml(tuned, tmp_path / "c.yaml")) == tuned
+    data = to_dict(tuned)
+    for rates, message in [([1e-4, 3e-4, 1e-3, 3e-3], "keep at most three"), ([1e-3, 0.0], "positive numbers"),
+                           ([1e-3, -1e-3], "positive numbers"), ([], "one to 3")]:
+        data["grid"]["cells"][0]["tune"]["learning_rates"] = rates
+        with pytest.raises(ConfigError, match=rf"grid\.cells\[0\]\.tune\.learning_rates=.*{message}"):
+            from_dict(CompareConfig, data)
+    no_validation = replace(tuned, run=replace(tuned.run, data=replace(tuned.run.data, n_validation=0)))
+    with pytest.raises(ValueError, match=r"'LoRA tuned'.*data\.n_validation.*set data\.n_validation"):
+        grid_cells(no_validation)
+
+
+def test_a_finished_cell_tuned_over_other_rates_is_refused(config):
+    run_compare(config)  # untuned grid: its rows carry no tune and load as finished under today's code
+    retuned = with_cells(config, CellSpec("LoRA tuned", "lora", tune=TuneSettings(learning_rates=(1e-2,))))
+    cell = Path(retuned.cells_path) / "lora-tuned"
+    cell.mkdir(parents=True)
+    row = json.loads((Path(config.cells_path) / "lora-r-4" / "cell.json").read_text())
+    (cell / "cell.json").write_text(json.dumps({**row, "config": to_dict(grid_cells(retuned)[-1].config),
+                                                "tune": {"learning_rates": [3e-3]}}))
+    with pytest.raises(ValueError, match=r"tuned over learning rates \[0.003\].*now tuned over \[0.01\]"):
+        run_compare(retuned, finished_only=True)
