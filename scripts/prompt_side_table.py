@@ -1,0 +1,68 @@
+"""Print the prompt side's audit of each cell beside its completion side's, as one Markdown table.
+
+    .venv/bin/python scripts/prompt_side_table.py runs/conversations/cells
+
+A cell's completion side is its own report (`<cell>/report.json`, the tokens it trained on); its prompt side is
+`<cell>/prompt-side/report.json`, the same split scored on the prompt tokens, which completion-only training never
+put in the loss (experiments/run-conversations.sh writes it). For each side: the strongest attack by AUC, its AUC
+with the 95 % interval, and TPR at each FPR ceiling with its counts; the blind baseline's AUC guards the split.
+Cells whose prompt side has not been audited yet are listed as pending.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from privft.report import read_report
+
+
+def _tpr(entry: dict[str, Any]) -> str:
+    """A TPR cell with its counts, or 'not estimable' where the FPR ceiling is below 1 / non-members."""
+    if entry["tpr"] is None:
+        return "not estimable"
+    return f"{entry['tpr']:.3f} ({entry['true_positives']}/{entry['n_members']})"
+
+
+def side_cells(report: dict[str, Any]) -> list[str]:
+    """Strongest attack, its AUC [CI] and TPR at each ceiling, for one report."""
+    name, attack = max(report["attacks"].items(), key=lambda item: item[1]["auc"]["auc"])
+    auc = attack["auc"]
+    return [f"{name} {auc['auc']:.3f} [{auc['ci_low']:.2f}, {auc['ci_high']:.2f}]",
+            *[_tpr(entry) for entry in attack["tpr_at_fpr"]]]
+
+
+def table(cells: list[Path]) -> str:
+    """The Markdown table of every cell with both sides audited, then the pending cells."""
+    done = [cell for cell in cells if (cell / "report.json").exists() and (cell / "prompt-side" / "report.json").exists()]
+    if not done:
+        raise SystemExit(f"No cell under {cells[0].parent if cells else 'the folder'} has both sides audited yet.")
+    first = read_report(done[0])
+    fprs = [f"{entry['max_fpr'] * 100:g} %" for entry in first["blind_baseline"]["tpr_at_fpr"]]
+    header = ["Cell", "Side", "Strongest attack, AUC [95 % CI]", *[f"TPR @ FPR ≤ {fpr}" for fpr in fprs],
+              "Blind baseline AUC"]
+    lines = [f"{first['split']['n_members']} members vs {first['split']['n_non_members']} non-members; the "
+             "completion side scores the tokens trained on, the prompt side the tickets' own tokens.", "",
+             "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for cell in done:
+        for side, folder in (("completion", cell), ("prompt", cell / "prompt-side")):
+            report = read_report(folder)
+            blind = report["blind_baseline"]["auc"]["auc"]
+            lines.append("| " + " | ".join([cell.name, side, *side_cells(report), f"{blind:.3f}"]) + " |")
+    pending = sorted(set(cells) - set(done))
+    if pending:
+        lines += ["", "Pending (a side not audited yet): " + ", ".join(cell.name for cell in pending) + "."]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    """Print the table for every cell folder under the given cells folder."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("cells", type=Path, help="a comparison's cells_dir, e.g. runs/conversations/cells")
+    args = parser.parse_args()
+    print(table(sorted(path for path in args.cells.iterdir() if path.is_dir())))
+
+
+if __name__ == "__main__":
+    main()
