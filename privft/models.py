@@ -35,6 +35,8 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
+from privft.progress import library_bars
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "smollm2-135m"
@@ -80,13 +82,15 @@ def load_model(
     safetensors folder in privft's cache, as the embedded model is, and loaded from there.
     """
     path = Path(name_or_path).expanduser()
-    if name_or_path in EMBEDDED_MODELS:
-        model, tokenizer = _from_pretrained(_embedded_dir(name_or_path), dtype)
-    elif path.is_dir() or is_gguf_file(name_or_path):
-        model, tokenizer = _from_directory(path, dtype) if path.is_dir() else _from_pretrained(_gguf_dir(path), dtype)
-        name_or_path = str(path.resolve())  # a stable identity for caches, whatever the working directory
-    else:
-        model, tokenizer = _from_hub(name_or_path, dtype)
+    with library_bars():  # no loading bars as debris in a log
+        if name_or_path in EMBEDDED_MODELS:
+            model, tokenizer = _from_pretrained(_embedded_dir(name_or_path), dtype)
+        elif path.is_dir() or is_gguf_file(name_or_path):
+            model, tokenizer = (_from_directory(path, dtype) if path.is_dir() else
+                                _from_pretrained(_gguf_dir(path), dtype))
+            name_or_path = str(path.resolve())  # a stable identity for caches, whatever the working directory
+        else:
+            model, tokenizer = _from_hub(name_or_path, dtype)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     model.name_or_path = model.config.name_or_path = tokenizer.name_or_path = name_or_path

@@ -38,6 +38,7 @@ from privft.models import DEFAULT_MODEL, cache_dir, hub_lookups_skipped, load_mo
 from privft.paraphrase import ParaphraseCache, Paraphraser, build_paraphraser, obfuscate
 from privft.paraphrase.obfuscate import FAILED_REWRITES, MODES, ObfuscationResult
 from privft.paraphrase.registry import PARAPHRASERS, get_paraphraser
+from privft.progress import library_bars
 from privft.report import AuditReport, package_versions
 from privft.run_folder import check_same_data
 from privft.scoring import check_start_rule, start_token_record, start_token_rule
@@ -442,7 +443,7 @@ def _train_and_audit(config: RunConfig, split: MembershipSplit | None, extra_cal
         atomic_write_text(out / "dp.json", json.dumps(privacy, indent=1))
     if soft_callback:
         atomic_write_text(out / "soft_selections.json", json.dumps(soft_callback.history, indent=1))
-    with hub_lookups_skipped(config.model):
+    with hub_lookups_skipped(config.model), library_bars():  # a full model's save draws a bar
         trainer.save_model(str(out / "model"))
     tokenizer.save_pretrained(str(out / "model"))
     report = audit_callback.report

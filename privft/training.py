@@ -27,6 +27,7 @@ from transformers.trainer_utils import sort_checkpoints
 
 from privft.config import require
 from privft.data.records import Record
+from privft.progress import bars_draw
 from privft.scoring import start_token
 from privft.scoring.render import record_rendering, render_records
 
@@ -190,7 +191,7 @@ def build_trainer(
         restore_callback_states_from_checkpoint=True,  # SOFT's mask and history, the canary plan
         logging_strategy="epoch",
         lr_scheduler_type="constant",
-        disable_tqdm=False,
+        disable_tqdm=not bars_draw(),  # the Trainer's bars on a terminal; elsewhere its logs, printed
         max_grad_norm=max_grad_norm,
     )
     return Trainer(

@@ -225,7 +225,8 @@ def test_the_documented_grids_load_and_the_scale_grids_share_their_cells():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the study selects configurations privft warns about, on purpose
         grids = {name: load_yaml(CompareConfig, experiments / f"{name}.yaml")
-                 for name in ("compare-smollm2", "compare-scale", "soft-study", "conversations")}
+                 for name in ("compare-smollm2", "compare-scale", "soft-study", "conversations", "frontier",
+                              "frontier-seed1", "epsilon-audit-pilot")}
         cells = {name: {cell.name: cell for cell in grid_cells(config)} for name, config in grids.items()}
     study, scale = grids["soft-study"], grids["compare-scale"]
     assert study.run == scale.run and study.cells_dir == scale.cells_dir
@@ -239,6 +240,16 @@ def test_the_documented_grids_load_and_the_scale_grids_share_their_cells():
         "tickets-chat", "prompt_completion", 500, 2000)
     assert set(cells["conversations"]) == {"pretrained (not fine-tuned)", "LoRA r=16", "SOFT paper (r=16)",
                                            "DP-LoRA ε=8 (r=16)"}
+    frontier, second = grids["frontier"], grids["frontier-seed1"]  # issue 31: tuned cells beside the untuned ones
+    assert frontier.run == grids["conversations"].run and frontier.cells_dir == grids["conversations"].cells_dir
+    assert all(cell.tune and len(cell.tune.learning_rates) == 3 for name, cell in cells["frontier"].items()
+               if name.endswith(", tuned"))
+    assert {cell.family for cell in cells["frontier"].values() if cell.tune} == {"lora", "full", "soft", "dp",
+                                                                                "goldfish"}
+    assert second.cells_dir != frontier.cells_dir and second.run.data.seed != frontier.run.data.seed
+    assert second.run.training.seed != frontier.run.training.seed and second.run.dp.seed != frontier.run.dp.seed
+    assert all(cells["frontier-seed1"][name].tune == cells["frontier"][name].tune for name in cells["frontier-seed1"])
+    assert cells["compare-scale"]["LoRA r=16, tuned"].tune.learning_rates == (0.0003, 0.001, 0.003)
 
 
 def test_add_perplexity_losses_restores_what_the_audit_measured_and_refuses_another_model(config):

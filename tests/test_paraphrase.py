@@ -139,7 +139,8 @@ def test_when_every_try_fails_the_last_changed_candidate_is_kept_and_logged(capl
         [result] = obfuscate([TEXT], paraphraser, retries=3)
     assert (result.text, result.attempts, result.fallback) == (PREFIX + "dog", 4, True)
     assert "too short" in result.reason and "last non-empty changed candidate" in result.reason
-    assert "1 of 1 texts had every rewrite rejected by the similarity and length filter (text 0)" in caplog.text
+    assert ('1 of 1 texts had every rewrite rejected by the similarity and length filter (text 0; first: "all 4 '
+            'rewrites rejected (seed 0: too dissimilar') in caplog.text
 
 
 def test_when_no_candidate_changes_anything_the_original_is_kept_and_flagged(caplog):
@@ -166,16 +167,18 @@ def test_fallbacks_are_one_summary_line_and_skip_serves_the_originals(caplog):
     assert skipped[0].text == GOOD and "failed_rewrites='skip'" in skipped[1].reason
     first, second = (record.getMessage() for record in caplog.records)  # one line per call, not one per text
     assert first.startswith("8 of 12 texts had every rewrite rejected by the similarity and length filter (texts 1, "
-                            "2, 3, 6, 7, 9, 10, 11): the last non-empty changed candidate is served")
+                            '2, 3, 6, 7, 9, 10, 11; first: "all 2 rewrites rejected (seed 0: too dissimilar')
+    assert "): the last non-empty changed candidate is served" in first
     assert "1 of 12 texts have no words after the kept prefix (text 5)" in first
-    assert "(texts 1, 2, 3, 6, 7, 9, 10, 11): the original text is served instead" in second
+    assert '"): the original text is served instead' in second and "obfuscations.json" in second
     with pytest.raises(ValueError, match="failed_rewrites='drop' must be one of serve, skip"):
         obfuscate(texts, paraphraser, failed_rewrites="drop")
 
 
 def test_a_summary_names_the_first_texts_and_counts_the_rest():
     results = [ObfuscationResult("x", "y", 4, True, "all 4 rewrites rejected")] * (NAMED_TEXTS + 3)
-    assert f"(texts {', '.join(map(str, range(NAMED_TEXTS)))} and 3 more)" in fallback_summary(results, "serve")
+    assert (f'(texts {", ".join(map(str, range(NAMED_TEXTS)))} and 3 more; first: "all 4 rewrites rejected")'
+            in fallback_summary(results, "serve"))
     assert fallback_summary([ObfuscationResult("x", "y", 1, False)], "serve") is None
 
 
@@ -244,6 +247,16 @@ def test_neighbour_handles_texts_longer_than_the_context(tiny_model, tokenizer, 
     assert letter_skeleton(rewrite) == letter_skeleton(text)
     assert rewrite[-200:] != text[-200:]  # the last window was rewritten too
 
+
+def test_the_neighbour_rewrites_the_filter_rejects_are_one_summary_line(tiny_model, tokenizer, local_texts, caplog):
+    paraphraser = NeighbourParaphraser(tiny_model, tokenizer, fraction=1.0)  # every word swapped: dissimilar
+    with caplog.at_level(logging.WARNING, logger="privft.paraphrase"):
+        results = obfuscate(local_texts[:5], paraphraser, min_similarity=0.95, retries=1)
+    assert all(result.failed_filter and result.reason.startswith("all 2 rewrites rejected") for result in results)
+    [summary] = [record.getMessage() for record in caplog.records]  # one line for the call, none per text
+    assert "\n" not in summary
+    assert summary.startswith('5 of 5 texts had every rewrite rejected by the similarity and length filter (texts 0, '
+                              '1, 2, 3, 4; first: "all 2 rewrites rejected (seed 0: ')
 
 # --- LLM paraphraser ---------------------------------------------------------------------------
 

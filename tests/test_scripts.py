@@ -114,3 +114,28 @@ def test_prompt_side_table_puts_each_cells_two_sides_together_and_names_the_pend
     assert rows[4] == "| lora | completion | loss 0.900 [0.85, 0.95] | 0.400 (20/50) | not estimable | 0.510 |"
     assert rows[5] == "| lora | prompt | min_k 0.600 [0.55, 0.65] | 0.040 (2/50) | not estimable | 0.510 |"
     assert rows[-1] == "Pending (a side not audited yet): dp."
+
+
+def test_epsilon_audit_cells_sets_each_bound_beside_the_accountant_and_names_the_skipped(tmp_path):
+    import numpy as np
+
+    from privft.callbacks.one_run import one_run_entry
+
+    included = np.arange(200) % 2 == 0
+    separated = included * 10.0 + np.random.default_rng(0).normal(size=200)
+    entries = {name: one_run_entry(separated, included, guarantee, copies=1, score="loss")
+               for name, guarantee in (("dp", (8.0, 1e-5)), ("lora", None))}
+    for name, entry in entries.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "report.json").write_text(json.dumps({
+            "epsilon_audit": entry, "gradient_epsilon_audit": entry if name == "dp" else None}))
+    (tmp_path / "pretrained").mkdir()
+    run = subprocess.run([sys.executable, str(SCRIPTS / "epsilon_audit_cells.py"), str(tmp_path)],
+                         capture_output=True, text=True, check=True)
+    rows = run.stdout.splitlines()
+    dp, lora = rows[2].split(" | "), rows[3].split(" | ")
+    assert dp[0] == "| dp" and dp[1] == "8 (δ 1e-05)" and dp[2] == "200 (100 inserted)"
+    assert dp[3] == f"{entries['dp']['epsilon_lower_bound']:.2f} (200/200; ceiling {entries['dp']['ceiling']:.2f})"
+    assert dp[5] == dp[3]  # the white-box columns read gradient_epsilon_audit the same way
+    assert lora[1] == "∞ (no DP)" and lora[5] == "–"
+    assert rows[-1] == "No one-run audit (not finished, or no one-run canaries): pretrained."

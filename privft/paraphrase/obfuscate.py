@@ -13,7 +13,7 @@ rejections in ``reason``, to the last rejected candidate that was non-empty and 
 (a poor rewrite still hides the original wording), or to the original suffix when every candidate
 was empty or unchanged; ``failed_rewrites="skip"`` gives the original text instead, so that SOFT
 never trains on a rewrite its own filter rejected. One warning on the ``privft.paraphrase``
-logger counts the fallbacks of a call and names their texts.
+logger counts the fallbacks of a call, names their texts and quotes the first one's rejections.
 """
 
 from __future__ import annotations
@@ -23,19 +23,20 @@ import logging
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
-
-from tqdm.auto import tqdm
+from textwrap import shorten
 
 from privft.data.records import Record, check_records, map_turns, turn_contents
 from privft.paraphrase.base import Paraphraser
 from privft.paraphrase.cache import ParaphraseCache
 from privft.paraphrase.quality import rejection_reason, words
+from privft.progress import progress_bar
 
 logger = logging.getLogger("privft.paraphrase")
 
 MODES = ("prefix+rewrite", "rewrite-only")
 FAILED_REWRITES = ("serve", "skip")  # what a text whose every rewrite the filter rejected becomes; the first: default
 NAMED_TEXTS = 10  # texts a fallback summary names by index
+EXCERPT_CHARS = 90  # of the first named text's rejections, quoted by the summary
 _WORD_SPAN = re.compile(r"\S+")
 
 
@@ -142,7 +143,7 @@ def obfuscate(
 
 
 def fallback_summary(results: list[ObfuscationResult], failed_rewrites: str) -> str | None:
-    """One line on the texts that fell back: how many, which, and what they became; None when none did."""
+    """One line on the texts that fell back: how many, which, the first's rejections, what they became; or None."""
     failed = [index for index, result in enumerate(results) if result.failed_filter]
     untried = [index for index, result in enumerate(results) if result.fallback and not result.failed_filter]
     parts = []
@@ -150,12 +151,14 @@ def fallback_summary(results: list[ObfuscationResult], failed_rewrites: str) -> 
         became = ("the original text is served instead (failed_rewrites='skip')" if failed_rewrites == "skip" else
                   "the last non-empty changed candidate is served, or the original where none changed a word; "
                   "failed_rewrites='skip' serves the originals instead")
+        first = shorten(results[failed[0]].reason, EXCERPT_CHARS, placeholder=" [...]")
         parts.append(f"{len(failed)} of {len(results)} texts had every rewrite rejected by the similarity and "
-                     f"length filter ({_named(failed)}): {became}")
+                     f"length filter ({_named(failed)}; first: \"{first}\"): {became}")
     if untried:
         parts.append(f"{len(untried)} of {len(results)} texts have no words after the kept prefix "
                      f"({_named(untried)}) and are kept as they are")
-    return "; ".join(parts) + ". Each text's rejections: its ObfuscationResult.reason." if parts else None
+    return ("; ".join(parts) + ". Each text's rejections: its ObfuscationResult.reason, in a privft run's "
+            "obfuscations.json." if parts else None)
 
 
 def _named(indices: list[int]) -> str:
@@ -205,7 +208,7 @@ def _obfuscate_all(
         else:
             reason = "nothing to rewrite (the text has no words after the kept prefix); kept the text as is"
             yield row, ObfuscationResult(prefix + suffix.strip(), texts[row], 0, True, reason)
-    progress = tqdm(total=len(pending), desc=f"paraphrasing ({paraphraser.name})", leave=False)
+    progress = progress_bar(total=len(pending), desc=f"paraphrasing ({paraphraser.name})", leave=False)
     for attempt in range(retries + 1):
         rejected = []
         for start in range(0, len(pending), paraphraser.batch_size):

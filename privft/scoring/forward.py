@@ -19,10 +19,10 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from privft.data.records import Record, check_records
+from privft.progress import progress_bar
 from privft.ranks import gather_shares, is_main_rank, rank_and_world
 from privft.scoring.cache import StatsCache, model_fingerprint, tokenizer_fingerprint
 from privft.scoring.render import record_rendering, render_records, scored_bytes
@@ -314,7 +314,7 @@ def _score_sequences(model: PreTrainedModel, sequences: dict[int, list[int]], *,
         was_training = model.training
         model.eval()
         try:
-            for batch in tqdm(mine, desc=desc, disable=not mine, leave=False):
+            for batch in progress_bar(mine, desc=desc, disable=not mine, leave=False):
                 for window, stats in zip(batch, _score_windows(model, batch, pad_id, distribution, workspace)):
                     scored[window.text_index, window.order] = stats
         finally:

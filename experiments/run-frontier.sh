@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# docs/results/frontier.md's cells (issue 31), one heavy job at a time; a rerun resumes (finished learning rates and
+# cells are skipped, a killed run resumes from its last checkpoint). The cells the reading rests on run first; the
+# order changes no number.
+#  1. experiments/frontier.yaml: every method tuned on the conversations split (its untuned cells are
+#     experiments/conversations.yaml's, shared through one cells_dir).
+#  2. experiments/frontier-seed1.yaml: the reading's cells again on a second split and training seed.
+#  3. The wiki scale grid's tuned plain LoRA r 16 (experiments/compare-scale.yaml).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PRIVFT=${PRIVFT:-.venv/bin/privft}
+first=experiments/frontier.yaml
+"$PRIVFT" compare "$first" --cell "LoRA r=16, tuned" --cell "DP-LoRA ε=8 (r=16), tuned" \
+  --cell "SOFT paper (r=16), tuned" --cell "Goldfish k=4 (r=16), tuned"
+"$PRIVFT" compare "$first"
+"$PRIVFT" compare experiments/frontier-seed1.yaml
+"$PRIVFT" compare experiments/compare-scale.yaml --cell "LoRA r=16, tuned"
