@@ -10,6 +10,9 @@
 Each configuration runs in a fresh process, so each peak RSS is its own. Target for (a): DP step
 time / plain step time ≤ 1.3, on the tiny model and on SmolLM2-135M (`--model smollm2-135m`:
 logical batch 16 of wiki texts, physical chunks of 8; the SOFT paper reports 1.67 for DP-LoRA).
+(c) The same DP-LoRA Trainer with 1,000 white-box gradient canaries (`dp.gradient_canaries`, issue 32): each
+    step adds the sampled canaries' Dirac gradients to the clipped sum and gathers 1,000 noised coordinates.
+    Target: its step time / DP-LoRA's ≤ 1.05.
 
     python benchmarks/dp_overhead.py --quick
     python benchmarks/dp_overhead.py --model smollm2-135m --steps 3
@@ -30,6 +33,7 @@ from peft import get_peft_model
 from transformers import DataCollatorForLanguageModeling, Trainer, TrainerCallback, TrainingArguments
 
 LOGICAL_BATCH, MAX_LENGTH, N_TEXTS = 32, 128, 512
+GRADIENT_CANARIES = 1000  # the one-run audit's default count (issue 32), Dirac canaries on the LoRA parameters
 
 
 class StepTimer(TrainerCallback):
@@ -87,8 +91,9 @@ def _trainer_steps(kind: str, steps: int, model_name: str, device: str) -> dict[
                              logging_strategy="no", disable_tqdm=True, seed=0, max_grad_norm=0.0)
     trainer = Trainer(model=model, args=args, train_dataset=dataset, callbacks=[timer],
                       data_collator=DataCollatorForLanguageModeling(tokenizer, mlm=False))
-    if kind == "dp-hooks":
-        make_private(trainer, target_epsilon=8.0, physical_batch_size=chunk)
+    if kind in ("dp-hooks", "dp-canaries"):
+        canaries = GRADIENT_CANARIES if kind == "dp-canaries" else 0
+        make_private(trainer, target_epsilon=8.0, physical_batch_size=chunk, gradient_canaries=canaries)
     trainer.train()
     seconds = timer.seconds[1:]  # the first step warms up allocators and kernels
     return {"step_seconds": sum(seconds) / len(seconds)}
@@ -164,19 +169,23 @@ def main() -> None:
         print(json.dumps(_child(args.child, steps, args.model, args.device)))
         return
     loops = not args.quick and args.model == "tiny"  # the bare loops' logical batch is the tiny model's
-    kinds = ["trainer:plain", "trainer:dp-hooks"] + (["loop:plain", "loop:dp-hooks", "loop:dp-ghost"] if loops else [])
+    kinds = ["trainer:plain", "trainer:dp-hooks", "trainer:dp-canaries"] + (
+        ["loop:plain", "loop:dp-hooks", "loop:dp-ghost"] if loops else [])
     results = {kind: _measure(kind, steps, args.model, args.device) for kind in kinds}
     name = "tiny llama (hidden 128, 3 layers, vocab 4,096)" if args.model == "tiny" else args.model
     batch, chunk = _batch_sizes(args.model)
     print(f"{name} + LoRA r 16 on all linear layers, logical batch {batch} (DP chunks: {chunk or batch}), "
           f"texts ≤ {MAX_LENGTH} tokens, mean of {steps} steps after one warm-up, one thread, on {args.device}:")
     for kind, result in results.items():
-        print(f"  {kind:18s} {result['step_seconds'] * 1000:8.1f} ms/step   peak RSS {result['peak_rss_mib']:.0f} MiB")
+        print(f"  {kind:20s} {result['step_seconds'] * 1000:8.1f} ms/step   peak RSS {result['peak_rss_mib']:.0f} MiB")
     for path in ("loop",):
         if f"{path}:plain" in results:
             plain = results[f"{path}:plain"]["step_seconds"]
             print(f"  bare loop: hooks / plain {results[f'{path}:dp-hooks']['step_seconds'] / plain:.2f}, "
                   f"ghost / plain {results[f'{path}:dp-ghost']['step_seconds'] / plain:.2f} (reported, no target)")
+    canaries = results["trainer:dp-canaries"]["step_seconds"] / results["trainer:dp-hooks"]["step_seconds"]
+    print(f"gradient_canary_step_ratio {canaries:.3f} (DP-LoRA with {GRADIENT_CANARIES} gradient canaries over "
+          "without; target <= 1.05)")
     ratio = results["trainer:dp-hooks"]["step_seconds"] / results["trainer:plain"]["step_seconds"]
     print(f"model: {args.model}")
     print(f"dp_lora_step_time_ratio {ratio:.3f} (target <= 1.3)")

@@ -61,6 +61,7 @@ class DPRecord:
     group_epsilon: float | None = None  # the guarantee of a text present max_multiplicity times
     group_delta: float | None = None
     n_examples: int | None = None  # N, the training sequences: δ must be below 1/N to mean anything
+    gradient_canaries: int | None = None  # white-box Dirac canaries added to the noised sums (dp.gradient_canaries)
 
     @classmethod
     def from_summary(cls, summary: dict[str, Any]) -> DPRecord:
@@ -73,6 +74,9 @@ class DPRecord:
                 f"δ = {self.delta:.2g} for {self.privacy_unit}, {self.accountant.upper()} accountant; "
                 f"σ = {self.noise_multiplier:.4g}, q = {self.sample_rate:.4g}, T = {self.noised_steps} noised steps "
                 f"(of {self.steps} calibrated), C = {self.max_grad_norm:g}.")
+        if self.gradient_canaries:
+            line += (f" {self.gradient_canaries} white-box gradient canaries (each inserted with probability ½) joined "
+                     "the noised sums for the one-run audit; they count in neither N nor δ.")
         if self.max_multiplicity and self.max_multiplicity > 1 and self.group_epsilon is not None:
             line += (f" A text present {self.max_multiplicity} times is protected at (ε, δ) = "
                      f"({self.group_epsilon:.3g}, {self.group_delta:.2g}) only (group privacy)")

@@ -145,3 +145,5 @@ def test_a_tiny_dp_run_with_unigram_canaries_audits_them_beside_its_gradient_can
     assert "One-run ε audit (Steinke et al. 2023)" in markdown
     assert "20 canaries × 1 copies (unigram design)" in markdown
     assert "White-box one-run ε audit, gradient canaries on the LoRA parameters (Steinke et al. 2023)" in markdown
+    assert result.report.training.dp.gradient_canaries == 100  # the training record says the sums carried them
+    assert "100 white-box gradient canaries (each inserted with probability ½) joined the noised sums" in markdown
