@@ -71,7 +71,7 @@ def cpu_description() -> str:
 def build_large_vocab(seed: int) -> Gemma3ForCausalLM:
     """A randomly initialised Gemma 3 with 270M's proportions (262,144 vocabulary, hidden 640, 18 layers, tied head).
 
-    Its final-logit softcapping is off: privft refuses heads that post-process their logits.
+    Its final-logit softcapping is off, as in Gemma 3 270M's release, so the head is the plain linear layer.
     """
     config = Gemma3TextConfig(vocab_size=LARGE_VOCAB, hidden_size=640, intermediate_size=2048, num_hidden_layers=18,
                               num_attention_heads=4, num_key_value_heads=1, head_dim=256, query_pre_attn_scalar=256,

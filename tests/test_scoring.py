@@ -267,3 +267,36 @@ def test_the_start_token_is_the_tokenizers_own_else_the_document_separator_else_
         start_token(tokenizer, "<|nope|>")
     with pytest.raises(ValueError, match="start_token=.. must be one of auto, bos-else-eos or a token"):
         start_token_rule("").__enter__()
+
+
+@pytest.mark.parametrize("post_processing", [{"final_logit_softcapping": 2.0}, {"logit_scale": 0.5},
+                                             {"logits_scaling": 4.0}], ids=["softcap", "scale", "granite-scale"])
+def test_heads_whose_model_post_processes_its_logits_give_the_forward_passs_statistics(tokenizer, local_texts,
+                                                                                       post_processing, monkeypatch):
+    """Gemma 2's softcapping and Cohere's and Granite's logit scales are applied tile by tile, as the model's forward."""
+    from privft.models import build_tiny_model
+
+    monkeypatch.setattr(scoring, "HEAD_TILE_WIDTH", 100)  # eleven tiles of the 1,024-token vocabulary, one narrower
+    model = build_tiny_model(tokenizer, "gemma3")
+    model.config.update(post_processing)  # Gemma 3's own forward applies a final_logit_softcapping
+    scale = post_processing.get("logit_scale", 1) / post_processing.get("logits_scaling", 1)
+    forward = type(model).forward
+
+    def scaled(self, *args, **kwargs):  # Cohere's and Granite's forward: the head's logits times a constant
+        output = forward(self, *args, **kwargs)
+        output.logits = output.logits * scale
+        return output
+
+    monkeypatch.setattr(type(model), "forward", scaled)
+    (stats,) = score_texts(model, tokenizer, local_texts[:1])
+    ids = torch.tensor([[tokenizer.bos_token_id, *tokenizer(local_texts[0], add_special_tokens=False)["input_ids"]]])
+    with torch.no_grad():
+        logp = torch.log_softmax(model(input_ids=ids).logits[0, :-1].double(), dim=-1)
+        plain = torch.log_softmax(model.lm_head(model.model(input_ids=ids).last_hidden_state)[0, :-1].double(), -1)
+    expected = logp.gather(1, ids[0, 1:, None]).squeeze(1)
+    assert not np.allclose(expected, plain.gather(1, ids[0, 1:, None]).squeeze(1), atol=1e-3)  # it does change them
+    np.testing.assert_allclose(stats.token_logprobs, expected, atol=1e-5)
+    mean = (logp.exp() * logp).sum(-1)
+    np.testing.assert_allclose(stats.mean_logprob, mean, atol=1e-5)
+    np.testing.assert_allclose(stats.std_logprob, ((logp.exp() * logp**2).sum(-1) - mean**2).sqrt(), rtol=1e-4,
+                               atol=1e-5)

@@ -110,13 +110,6 @@ def _prefix_ids(prefix: str | None, tokenizer: PreTrainedTokenizerBase, max_leng
     return ids
 
 
-def _check_head(model: PreTrainedModel) -> None:
-    for attribute in ("final_logit_softcapping", "logit_scale"):
-        if getattr(model.config, attribute, None):
-            raise ScoringError(f"{type(model).__name__} post-processes its logits ({attribute}); "
-                               "privft's chunked head does not support that yet.")
-
-
 class TokenArrays(NamedTuple):
     """One pass's per-token arrays (tensors on the device, then numpy): log p(target), μ and σ (None: loss only)."""
 
@@ -143,17 +136,39 @@ class _HeadWorkspace:
     sums: torch.Tensor  # (5, tiles, block rows): per tile and row, max z, Σ w, Σ w z', Σ w z'² and z(target)
     block_rows: int  # hidden rows per block
     tile_width: int  # vocabulary columns per tile
+    logit_scale: float | None = None  # the model multiplies its logits by this (`_logit_scale`)
+    softcap: float | None = None  # then caps them at ± this, as cap · tanh(z / cap) (Gemma 2's final softcapping)
 
     @classmethod
     def for_model(cls, model: PreTrainedModel) -> _HeadWorkspace:
-        """Buffers sized for `model`'s head and vocabulary, on its head's device."""
+        """Buffers sized for `model`'s head and vocabulary, on its head's device, and its logits' post-processing."""
         head = model.get_output_embeddings()
         vocab, device = head.weight.shape[0], head.weight.device
         width = min(HEAD_TILE_WIDTH, vocab)
         rows = max(1, HEAD_TILE_ELEMENTS // width if _tiled(head) else HEAD_CHUNK_ELEMENTS // vocab)
+        config = getattr(model, "config", None)
         return cls(torch.empty(rows * (width if _tiled(head) else vocab), dtype=torch.float32, device=device),
                    torch.empty(rows * width, dtype=torch.float32, device=device),
-                   torch.empty(5, -(-vocab // width), rows, dtype=torch.float32, device=device), rows, width)
+                   torch.empty(5, -(-vocab // width), rows, dtype=torch.float32, device=device), rows, width,
+                   _logit_scale(config), getattr(config, "final_logit_softcapping", None))
+
+    def post_process(self, logits: torch.Tensor) -> torch.Tensor:
+        """`logits` as the model's forward pass returns them: scaled, then soft-capped, in place where it has to."""
+        if self.logit_scale is not None:
+            logits.mul_(self.logit_scale)
+        if self.softcap is not None:
+            logits.div_(self.softcap).tanh_().mul_(self.softcap)
+        return logits
+
+
+def _logit_scale(config: object) -> float | None:
+    """The factor a model's forward pass multiplies its head's logits by: Cohere's `logit_scale`, 1 / Granite's
+    `logits_scaling`; None when it leaves them as they are."""
+    if getattr(config, "logit_scale", None) is not None:
+        return float(config.logit_scale)
+    if getattr(config, "logits_scaling", None) not in (None, 1):
+        return 1 / float(config.logits_scaling)
+    return None
 
 
 def _logit_tiles(head: torch.nn.Module, rows: torch.Tensor, workspace: _HeadWorkspace) -> Iterator[torch.Tensor]:
@@ -164,7 +179,7 @@ def _logit_tiles(head: torch.nn.Module, rows: torch.Tensor, workspace: _HeadWork
     """
     vocab, width, count = head.weight.shape[0], workspace.tile_width, rows.shape[0]
     if not _tiled(head):
-        block = workspace.logits[:count * vocab].view(count, vocab).copy_(head(rows))
+        block = workspace.post_process(workspace.logits[:count * vocab].view(count, vocab).copy_(head(rows)))
         yield from (block[:, start:start + width] for start in range(0, vocab, width))
         return
     for start in range(0, vocab, width):
@@ -177,7 +192,7 @@ def _logit_tiles(head: torch.nn.Module, rows: torch.Tensor, workspace: _HeadWork
             torch.mm(rows, weight.T, out=out)
         else:
             torch.addmm(bias, rows, weight.T, out=out)
-        yield out
+        yield workspace.post_process(out)
 
 
 def _tile_sums(tile: torch.Tensor, offsets: torch.Tensor, sums: torch.Tensor, weights: torch.Tensor,
@@ -282,7 +297,6 @@ def _score_windows(model: PreTrainedModel, windows: list[_Window], pad_id: int, 
 
 def _check_window(model: PreTrainedModel, max_length: int | None, stride: int | None) -> tuple[int, int]:
     """The window size and stride to score with, checked against the model's context."""
-    _check_head(model)
     max_length = _context_length(model, max_length)
     stride = stride or max_length // 2
     if not 1 <= stride < max_length:
