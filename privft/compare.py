@@ -34,7 +34,8 @@ from privft.metrics import (AccuracyResult, AttackMetrics, evaluate_attack, pair
 from privft.models import cache_dir, load_model
 from privft.paper.adaptive import adaptive_scores
 from privft.paraphrase import ParaphraseCache
-from privft.pipeline import RunConfig, RunResult, load_split, record_rendering_of, run_training, soft_paraphraser
+from privft.pipeline import (RunConfig, RunResult, check_canary_room, load_split, record_rendering_of, run_training,
+                             soft_paraphraser)
 from privft.report import package_versions
 from privft.run_folder import changed_sides, recorded_hashes
 from privft.scoring import StatsCache, start_token_rule
@@ -472,6 +473,11 @@ def run_compare(config: CompareConfig, *, finished_only: bool = False, only: Seq
     paths = [config.cells_path / cell.slug / "cell.json" for cell in cells]
     rows: list[dict[str, Any] | None] = [_finished_row(path, cell) for path, cell in zip(paths, cells)]
     _check_same_data(config, cells)
+    for cell in cells:
+        try:
+            check_canary_room(cell.config)
+        except ValueError as error:
+            raise ValueError(f"grid cell {cell.name!r}: {error}") from None
     chosen = [] if finished_only else cells_to_run(cells, only)
     todo = [cell for cell, row in zip(cells, rows) if row is None and cell in chosen]
     if finished_only and not all(rows[:2]):

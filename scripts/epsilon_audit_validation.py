@@ -4,6 +4,10 @@
 
 Each row is a mechanism calibrated to a true ε at δ = 1e-5 by privft's accountant (PRV), audited
 in `--trials` seeded one-run audits (privft.simulated_audit) with the pre-declared guess grid.
+`--subsampling RATE STEPS` (repeatable) and `--targets` replace the default mechanisms, e.g. to
+forecast what a DP-LoRA run's gradient canaries can show before it trains:
+
+    .venv/bin/python scripts/epsilon_audit_validation.py --subsampling 0.0674 45 --targets 8 4 1 --trials 20
 """
 
 import argparse
@@ -20,14 +24,15 @@ TARGETS = (1.0, 2.0, 4.0, 8.0)
 SUBSAMPLING = ((0.05, 200), (0.1, 10))  # (sample rate, steps): DP-SGD-like, and few steps (far from Gaussian)
 
 
-def mechanisms() -> list[tuple[str, SimulatedMechanism]]:
-    """The Gaussian mechanism and the subsampled ones, each at every target ε."""
+def mechanisms(targets: tuple[float, ...] = TARGETS, subsampling: tuple[tuple[float, int], ...] = SUBSAMPLING,
+               gaussian: bool = True) -> list[tuple[str, SimulatedMechanism]]:
+    """The Gaussian mechanism (with `gaussian`) and the subsampled ones, each at every target ε."""
     rows = []
-    for target in TARGETS:
+    for target in targets if gaussian else ():
         mu = brentq(lambda m: gdp_epsilon(m, DELTA) - target, 1e-6, 50.0)  # the Gaussian mechanism's exact ε
         rows.append(("Gaussian", SimulatedMechanism(1 / mu)))
-    for rate, steps in SUBSAMPLING:
-        for target in TARGETS:
+    for rate, steps in subsampling:
+        for target in targets:
             sigma = calibrate(target, DELTA, rate, steps).noise_multiplier
             rows.append((f"subsampled q = {rate:g}, T = {steps}", SimulatedMechanism(sigma, rate, steps)))
     return rows
@@ -38,12 +43,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=100)
     parser.add_argument("--canaries", type=int, default=1000)
+    parser.add_argument("--subsampling", nargs=2, type=float, action="append", metavar=("RATE", "STEPS"),
+                        help="a subsampled mechanism to audit instead of the defaults (the Gaussian one is then left out)")
+    parser.add_argument("--targets", nargs="+", type=float, default=list(TARGETS), help="the true ε of each mechanism")
     args = parser.parse_args()
+    chosen = mechanisms(tuple(args.targets), tuple((rate, int(steps)) for rate, steps in args.subsampling),
+                        gaussian=False) if args.subsampling else mechanisms(tuple(args.targets))
     print("| mechanism | σ | true ε (PRV) | Steinke ε_lb: mean (max) | f-DP ε_lb: mean (max) | recovered: Steinke, "
           "f-DP | runs above the true ε: Steinke, f-DP | f-DP ≥ Steinke |")
     print("|---|---|---|---|---|---|---|---|")
     ceilings = None
-    for name, mechanism in mechanisms():
+    for name, mechanism in chosen:
         truth = epsilon_spent(mechanism.history, DELTA, 8.0)
         audits = [simulated_audits(mechanism, args.canaries, DELTA, seed) for seed in range(args.trials)]
         steinke = np.array([a.epsilon_lower_bound for a, _ in audits])

@@ -23,9 +23,9 @@ from privft.compare import (
     grid_cells,
     run_compare,
 )
-from privft.config import load_yaml, save_yaml
+from privft.config import load_yaml, save_yaml, to_dict
 from privft.metrics import evaluate_attack
-from privft.pipeline import DataSettings, DPSettings, RunConfig, SoftSettings
+from privft.pipeline import CanarySettings, DataSettings, DPSettings, RunConfig, SoftSettings
 from privft.training import FinetuneSettings, LoraSettings
 
 
@@ -281,3 +281,16 @@ def test_add_perplexity_losses_restores_what_the_audit_measured_and_refuses_anot
     refused = subprocess.run([sys.executable, str(script), str(cells[1])], capture_output=True, text=True)
     assert refused.returncode != 0 and "is not the one audited, so nothing was written" in refused.stderr
     assert json.loads((cells[1] / "report.json").read_text()) == report
+
+
+@pytest.mark.parametrize("canaries", [CanarySettings(n_canaries=30, copies=4),
+                                      CanarySettings(n_canaries=300, copies=1, one_run=True)],
+                         ids=["copies", "one-run draw"])
+def test_a_grid_cell_with_more_canary_texts_than_members_is_refused_before_any_cell_runs(canaries, tmp_path):
+    grid = GridSettings(full_finetune=False, lora_ranks=(), soft_rules=(), dp_epsilons=(), cells=(
+        CellSpec("canaried", "lora", set={"canaries": to_dict(canaries)}),))
+    config = CompareConfig(run=RunConfig(data=DataSettings(n_members=100)), grid=grid, output_dir=str(tmp_path))
+    with pytest.raises(ValueError, match=r"grid cell 'canaried': canaries: \d+ canary texts would join "
+                                         r"data.n_members=100 training texts, but canaries may be at most half"):
+        run_compare(config)
+    assert not any(tmp_path.iterdir())  # refused before the pretrained row ran or compare.yaml was written
