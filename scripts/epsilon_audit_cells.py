@@ -2,7 +2,7 @@
 
     .venv/bin/python scripts/epsilon_audit_cells.py runs/epsilon-audit/cells
 
-For every finished cell (`<cell>/report.json`) with a one-run canary audit: the accountant's ε per training sequence
+For every finished cell (its `cell.json`, which `privft compare` writes last) with a one-run canary audit: the accountant's ε per training sequence
 (∞ without DP), the black-box bound of each analysis (Steinke et al.'s (ε, δ); the f-DP one of Mahloujifar et
 al.) with its correct guesses and its ceiling, and, where DP-LoRA planted gradient canaries, the white-box bounds
 the same way. Cells without a one-run audit are listed as skipped.
@@ -40,7 +40,7 @@ def table(cells: list[Path]) -> str:
     """One Markdown row per audited cell, then the cells skipped."""
     rows, skipped = [], []
     for cell in cells:
-        report = read_report(cell) if (cell / "report.json").exists() else None
+        report = read_report(cell) if (cell / "cell.json").exists() else None  # compare writes cell.json last
         black = report and report.get("epsilon_audit")
         if not black:
             skipped.append(cell.name)

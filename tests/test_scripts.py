@@ -129,7 +129,9 @@ def test_epsilon_audit_cells_sets_each_bound_beside_the_accountant_and_names_the
         (tmp_path / name).mkdir()
         (tmp_path / name / "report.json").write_text(json.dumps({
             "epsilon_audit": entry, "gradient_epsilon_audit": entry if name == "dp" else None}))
+        (tmp_path / name / "cell.json").write_text("{}")
     (tmp_path / "pretrained").mkdir()
+    (tmp_path / "pretrained" / "report.json").write_text("{")  # mid-save: no cell.json yet, so it is not read
     run = subprocess.run([sys.executable, str(SCRIPTS / "epsilon_audit_cells.py"), str(tmp_path)],
                          capture_output=True, text=True, check=True)
     rows = run.stdout.splitlines()
