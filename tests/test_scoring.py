@@ -215,6 +215,20 @@ def test_cache_returns_identical_statistics_without_a_forward_pass(tiny_model, t
         assert a.n_bytes == b.n_bytes
 
 
+def test_a_loss_only_pass_reads_a_cached_full_pass_of_the_same_model(tiny_model, tokenizer, local_texts, tmp_path,
+                                                                      monkeypatch):
+    """The pretrained row's full pass serves every later loss-only pass of the base model (a LoRA cell's reference)."""
+    texts = local_texts[:5]
+    computed = score_texts(tiny_model, tokenizer, texts, distribution=False)
+    cache = StatsCache(tmp_path)
+    score_texts(tiny_model, tokenizer, texts, cache=cache)  # the full pass: log p, μ and σ
+    monkeypatch.setattr(scoring, "_score_windows", lambda *a, **k: pytest.fail("a cached text was scored again"))
+    served = score_texts(tiny_model, tokenizer, texts, cache=cache, distribution=False)
+    for a, b in zip(computed, served):
+        np.testing.assert_array_equal(a.token_logprobs, b.token_logprobs)  # the same code up to log p: bit for bit
+        assert b.mean_logprob is None and b.std_logprob is None and a.n_bytes == b.n_bytes
+
+
 def test_fingerprint_follows_weights_and_adapter_state(tiny_model):
     """Adapters on, rescaled or trained differ; adapters off is the base model itself, so its cache is shared."""
     before = model_fingerprint(tiny_model)

@@ -14,7 +14,7 @@ import hashlib
 import json
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import NamedTuple
 
 import numpy as np
@@ -404,11 +404,19 @@ def score_texts(
     keys: list[str | None] = [None] * len(texts)
     results: list[TokenStats | None] = [None] * len(texts)
     if cache is not None:
-        settings = [model_id or model_fingerprint(model), tokenizer_fingerprint(tokenizer), max_length, stride,
-                    prefix, distribution, *([asdict(rendering)] if records else [])]  # texts keep their old keys
+        model_key, tokenizer_key = model_id or model_fingerprint(model), tokenizer_fingerprint(tokenizer)
+
+        def key(text: Record, with_distribution: bool) -> str:
+            settings = [model_key, tokenizer_key, max_length, stride, prefix, with_distribution,
+                        *([asdict(rendering)] if records else [])]  # texts keep their old keys
+            return hashlib.sha256(json.dumps([*settings, text], sort_keys=records).encode()).hexdigest()
+
         for i, text in enumerate(texts):
-            keys[i] = hashlib.sha256(json.dumps([*settings, text], sort_keys=records).encode()).hexdigest()
+            keys[i] = key(text, distribution)
             results[i] = cache.get(keys[i])
+            if results[i] is None and not distribution:  # a full pass's log p is this pass's, bit for bit
+                full = cache.get(key(text, True))
+                results[i] = replace(full, mean_logprob=None, std_logprob=None) if full is not None else None
     missing = [i for i, r in enumerate(results) if r is None]
     if shard and cache is not None:  # ranks may read different caches (one per node): all score what any lacks
         missing = sorted(set().union(*gather_shares(lambda: missing)))
