@@ -25,7 +25,7 @@ from privft.compare import (
 )
 from privft.config import load_yaml, save_yaml, to_dict
 from privft.metrics import evaluate_attack
-from privft.pipeline import CanarySettings, DataSettings, DPSettings, RunConfig, SoftSettings
+from privft.pipeline import CanarySettings, DataSettings, DPSettings, RunConfig, SoftSettings, check_canary_room
 from privft.training import FinetuneSettings, LoraSettings
 
 
@@ -226,7 +226,7 @@ def test_the_documented_grids_load_and_the_scale_grids_share_their_cells():
         warnings.simplefilter("ignore")  # the study selects configurations privft warns about, on purpose
         grids = {name: load_yaml(CompareConfig, experiments / f"{name}.yaml")
                  for name in ("compare-smollm2", "compare-scale", "soft-study", "conversations", "frontier",
-                              "frontier-seed1", "epsilon-audit-pilot")}
+                              "frontier-seed1", "epsilon-audit-pilot", "epsilon-audit")}
         cells = {name: {cell.name: cell for cell in grid_cells(config)} for name, config in grids.items()}
     study, scale = grids["soft-study"], grids["compare-scale"]
     assert study.run == scale.run and study.cells_dir == scale.cells_dir
@@ -250,6 +250,14 @@ def test_the_documented_grids_load_and_the_scale_grids_share_their_cells():
     assert second.run.training.seed != frontier.run.training.seed and second.run.dp.seed != frontier.run.dp.seed
     assert all(cells["frontier-seed1"][name].tune == cells["frontier"][name].tune for name in cells["frontier-seed1"])
     assert cells["compare-scale"]["LoRA r=16, tuned"].tune.learning_rates == (0.0003, 0.001, 0.003)
+    audited = grids["epsilon-audit"]  # issue 32: the scale split, the pilot's design, every cell within canary room
+    assert audited.run.data == scale.run.data and audited.cells_dir != scale.cells_dir
+    assert audited.run.canaries.design == "bigram" and audited.run.canaries.one_run
+    for name in ("epsilon-audit", "epsilon-audit-pilot"):
+        for cell in cells[name].values():
+            check_canary_room(cell.config)
+    assert all(cell.config.dp.gradient_canaries == 1000 for cell in cells["epsilon-audit"].values()
+               if cell.family == "dp")
 
 
 def test_add_perplexity_losses_restores_what_the_audit_measured_and_refuses_another_model(config):
