@@ -125,7 +125,7 @@ def test_write_default_refuses_an_existing_config(tmp_path):
 
 
 def test_the_base_model_is_scored_once_per_grid(config, monkeypatch):
-    """The pretrained row's passes are cached; every LoRA cell's reference (adapters off) reads them."""
+    """The pretrained row's full pass is cached; its own reference pass and every LoRA cell's (adapters off) read it."""
     import privft.scoring.forward as scoring
 
     passes: list[tuple[str, int]] = []
@@ -142,7 +142,7 @@ def test_the_base_model_is_scored_once_per_grid(config, monkeypatch):
     assert [row["name"] for row in comparison.rows] == [PRETRAINED, "LoRA r=4", "LoRA r=2"]
     assert (comparison.output_dir / "compare-rank.png").read_bytes()[:4] == b"\x89PNG"  # two ranks: a curve
     reference_passes = [n for desc, n in passes if desc == "reference"]
-    assert reference_passes == [32, 0, 0]  # the 16 + 16 evaluated texts: scored once, then read from the cache
+    assert reference_passes == [0, 0, 0]  # the pretrained row's target pass (16 + 16 texts) serves every reference
     assert all(n > 0 for desc, n in passes if desc == "target")  # each trained model is scored afresh
     assert comparison.rows[0]["adaptive"] is None  # the pretrained model knows no defence to adapt to
     adaptive = comparison.rows[1]["adaptive"]
