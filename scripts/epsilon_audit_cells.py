@@ -2,10 +2,11 @@
 
     .venv/bin/python scripts/epsilon_audit_cells.py runs/epsilon-audit/cells
 
-For every finished cell (its `cell.json`, which `privft compare` writes last) with a one-run canary audit: the accountant's ε per training sequence
-(∞ without DP), the black-box bound of each analysis (Steinke et al.'s (ε, δ); the f-DP one of Mahloujifar et
-al.) with its correct guesses and its ceiling, and, where DP-LoRA planted gradient canaries, the white-box bounds
-the same way. Cells without a one-run audit are listed as skipped.
+For every finished cell (its `cell.json`, which `privft compare` writes last) with a one-run canary audit:
+the accountant's ε per training sequence (∞ without DP), the black-box bound of each analysis (Steinke et
+al.'s (ε, δ); the f-DP one of Mahloujifar et al.) with its correct guesses and its ceiling, and, where
+DP-LoRA planted gradient canaries, the white-box bounds the same way. Cells without a one-run audit are
+listed as skipped.
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=100)
     parser.add_argument("--canaries", type=int, default=1000)
     parser.add_argument("--subsampling", nargs=2, type=float, action="append", metavar=("RATE", "STEPS"),
-                        help="a subsampled mechanism to audit instead of the defaults (the Gaussian one is then left out)")
+                        help="a subsampled mechanism to audit instead of the defaults (then no Gaussian one)")
     parser.add_argument("--targets", nargs="+", type=float, default=list(TARGETS), help="the true ε of each mechanism")
     args = parser.parse_args()
     chosen = mechanisms(tuple(args.targets), tuple((rate, int(steps)) for rate, steps in args.subsampling),

@@ -35,7 +35,8 @@ def side_cells(report: dict[str, Any]) -> list[str]:
 
 def table(cells: list[Path]) -> str:
     """The Markdown table of every cell with both sides audited, then the pending cells."""
-    done = [cell for cell in cells if (cell / "report.json").exists() and (cell / "prompt-side" / "report.json").exists()]
+    done = [cell for cell in cells
+            if (cell / "report.json").exists() and (cell / "prompt-side" / "report.json").exists()]
     if not done:
         raise SystemExit(f"No cell under {cells[0].parent if cells else 'the folder'} has both sides audited yet.")
     first = read_report(done[0])

@@ -287,7 +287,7 @@ def test_the_start_token_is_the_tokenizers_own_else_the_document_separator_else_
                                              {"logits_scaling": 4.0}], ids=["softcap", "scale", "granite-scale"])
 def test_heads_whose_model_post_processes_its_logits_give_the_forward_passs_statistics(tokenizer, local_texts,
                                                                                        post_processing, monkeypatch):
-    """Gemma 2's softcapping and Cohere's and Granite's logit scales are applied tile by tile, as the model's forward."""
+    """Gemma 2's softcapping, Cohere's and Granite's logit scales: applied tile by tile, as the model's forward."""
     from privft.models import build_tiny_model
 
     monkeypatch.setattr(scoring, "HEAD_TILE_WIDTH", 100)  # eleven tiles of the 1,024-token vocabulary, one narrower
