@@ -404,12 +404,12 @@ def score_texts(
     keys: list[str | None] = [None] * len(texts)
     results: list[TokenStats | None] = [None] * len(texts)
     if cache is not None:
-        model_key, tokenizer_key = model_id or model_fingerprint(model), tokenizer_fingerprint(tokenizer)
+        settings = [model_id or model_fingerprint(model), tokenizer_fingerprint(tokenizer), max_length, stride, prefix]
+        rendered_as = [asdict(rendering)] if records else []  # texts keep their old keys
 
         def key(text: Record, with_distribution: bool) -> str:
-            settings = [model_key, tokenizer_key, max_length, stride, prefix, with_distribution,
-                        *([asdict(rendering)] if records else [])]  # texts keep their old keys
-            return hashlib.sha256(json.dumps([*settings, text], sort_keys=records).encode()).hexdigest()
+            keyed = [*settings, with_distribution, *rendered_as, text]
+            return hashlib.sha256(json.dumps(keyed, sort_keys=records).encode()).hexdigest()
 
         for i, text in enumerate(texts):
             keys[i] = key(text, distribution)
