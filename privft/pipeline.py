@@ -323,21 +323,13 @@ def _obfuscations(config: RunConfig, texts: list[str], out: Path) -> list[Obfusc
 
 
 def check_canary_room(config: RunConfig) -> None:
-    """Refuse a run drawn from `config.data` that would insert more canary texts than it has members.
-
-    `CanaryPlan.insert` keeps canaries to at most half of a run; this checks the same before any model loads (a
-    one-run plan's inclusion bits depend on its seed and count alone), so a grid refuses such a cell up front.
-    """
+    """Refuse, before any model loads, a run whose canary texts would outnumber its `data.n_members` members."""
     settings = config.canaries
-    if settings.n_canaries == 0:
-        return
-    included = settings.n_canaries
-    if settings.one_run:
-        included = sum(CanaryPlan(n_canaries=settings.n_canaries, seed=config.data.seed, one_run=True).included())
-    if included * settings.copies > config.data.n_members:
-        raise ValueError(f"canaries: {included * settings.copies} canary texts would join data.n_members="
-                         f"{config.data.n_members} training texts, but canaries may be at most half of a run. Lower "
-                         "canaries.n_canaries or canaries.copies, or raise data.n_members.")
+    if settings.n_canaries:
+        plan = CanaryPlan(n_canaries=settings.n_canaries, copies=settings.copies, seed=config.data.seed,
+                          one_run=settings.one_run)
+        plan.check_room(config.data.n_members, "Lower canaries.n_canaries or canaries.copies, or raise "
+                                               "data.n_members.")
 
 
 def check_output_dir(out: Path, config: RunConfig) -> None:

@@ -11,10 +11,10 @@ Cells whose prompt side has not been audited yet are listed as pending.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 from typing import Any
 
+from cells_table import print_cells_table
 from privft.report import read_report
 
 
@@ -57,13 +57,5 @@ def table(cells: list[Path]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    """Print the table for every cell folder under the given cells folder."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("cells", type=Path, help="a comparison's cells_dir, e.g. runs/conversations/cells")
-    args = parser.parse_args()
-    print(table(sorted(path for path in args.cells.iterdir() if path.is_dir())))
-
-
 if __name__ == "__main__":
-    main()
+    print_cells_table(__doc__, table, "runs/conversations/cells")

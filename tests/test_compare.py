@@ -298,7 +298,7 @@ def test_a_grid_cell_with_more_canary_texts_than_members_is_refused_before_any_c
     grid = GridSettings(full_finetune=False, lora_ranks=(), soft_rules=(), dp_epsilons=(), cells=(
         CellSpec("canaried", "lora", set={"canaries": to_dict(canaries)}),))
     config = CompareConfig(run=RunConfig(data=DataSettings(n_members=100)), grid=grid, output_dir=str(tmp_path))
-    with pytest.raises(ValueError, match=r"grid cell 'canaried': canaries: \d+ canary texts would join "
-                                         r"data.n_members=100 training texts, but canaries may be at most half"):
+    with pytest.raises(ValueError, match=r"grid cell 'canaried': canaries: \d+ canary texts \(.+ copies\) would "
+                                         r"join 100 training texts, but canaries may be at most half.*data.n_members"):
         run_compare(config)
     assert not any(tmp_path.iterdir())  # refused before the pretrained row ran or compare.yaml was written

@@ -121,21 +121,15 @@ class CanaryPlan:
         """Return `texts` (texts, or records of the plan's format) with each included canary added `copies` times
         at seeded random positions.
 
-        The original texts keep their relative order. Rule: the inserted canaries × copies must not
-        exceed len(texts), so canaries are at most half of the training run.
+        The original texts keep their relative order; `check_room` refuses more canary texts than texts.
         """
         originals = self._training_records(texts)
         inserted = [self.record_for(secret) for secret, inside in zip(self.secrets, self.included()) if inside]
         if not inserted:
             raise CanaryError(f"CanaryPlan seed {self.seed} includes none of the {self.n_canaries} canaries in its "
                               "one-run draw; use more canaries or another seed")
+        self.check_room(len(originals))
         copies = [text for text in inserted for _ in range(self.copies)]
-        if len(copies) > len(originals):
-            raise CanaryError(
-                f"CanaryPlan: {len(inserted)} canaries × {self.copies} copies = {len(copies)} canary "
-                f"texts but only {len(originals)} training texts; canaries may be at most half of the run. "
-                "Lower n_canaries or copies, or insert them into more training texts"
-            )
         rng = self._rng(_POSITIONS_STREAM)
         total = len(originals) + len(copies)
         is_canary = np.zeros(total, dtype=bool)
@@ -143,6 +137,19 @@ class CanaryPlan:
         canaries = iter([copies[i] for i in rng.permutation(len(copies))])
         rest = iter(originals)
         return [next(canaries) if flag else next(rest) for flag in is_canary]
+
+    def check_room(self, n_training: int,
+                   fix: str = "Lower n_canaries or copies, or insert them into more training texts.") -> None:
+        """Refuse more canary texts (included canaries × copies) than the `n_training` texts they join.
+
+        The rule keeps canaries to at most half of a run; a one-run plan's inclusion draw depends on its seed and
+        count alone, so this can run before any data or model loads. `fix` names the settings to change.
+        """
+        included = sum(self.included())
+        if included * self.copies > n_training:
+            raise CanaryError(f"canaries: {included * self.copies} canary texts ({included} canaries × {self.copies} "
+                              f"copies) would join {n_training} training texts, but canaries may be at most half of "
+                              f"a run. {fix}")
 
     def _training_records(self, texts: Sequence[Record]) -> list[Record]:
         """The training texts or records, checked, refused when their format is not the plan's."""
