@@ -3,8 +3,11 @@ touches the network."""
 
 from __future__ import annotations
 
+import json
 import os
 import pydoc_data.topics
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import torch
@@ -21,6 +24,19 @@ def local_texts() -> list[str]:
     """Paragraphs of the Python documentation that ship with Python itself."""
     paragraphs = (p.strip() for topic in pydoc_data.topics.topics.values() for p in topic.split("\n\n"))
     return [p for p in paragraphs if len(p.split()) >= 8]
+
+
+@pytest.fixture(scope="session")
+def write_texts(local_texts) -> Callable[..., Path]:
+    """`write_texts(folder, count, min_chars=, max_chars=)`: `folder`/texts.json, a data file of the first `count`
+    local texts of at least `min_chars` characters, each cut to `max_chars`; returns its path."""
+
+    def write(folder: Path, count: int, *, min_chars: int, max_chars: int) -> Path:
+        path = folder / "texts.json"
+        path.write_text(json.dumps([text[:max_chars] for text in local_texts if len(text) >= min_chars][:count]))
+        return path
+
+    return write
 
 
 @pytest.fixture(scope="session")

@@ -120,10 +120,9 @@ def test_the_design_key_round_trips_in_yaml_and_an_unknown_or_unsupported_design
         ShadowSettings(canaries=CanarySettings(n_canaries=4, design="new"))
 
 
-def test_a_tiny_dp_run_with_unigram_canaries_audits_them_beside_its_gradient_canaries(tiny_model_dir, local_texts,
+def test_a_tiny_dp_run_with_unigram_canaries_audits_them_beside_its_gradient_canaries(tiny_model_dir, write_texts,
                                                                                      tmp_path, one_thread):
-    data_file = tmp_path / "texts.json"
-    data_file.write_text(json.dumps([t[:200] for t in local_texts if len(t) >= 120][:100]))
+    data_file = write_texts(tmp_path, 100, min_chars=120, max_chars=200)
     config = RunConfig(
         model=tiny_model_dir,
         data=DataSettings(corpus=None, path=str(data_file), max_words=None, n_members=40, n_non_members=30,

@@ -30,11 +30,10 @@ from privft.training import FinetuneSettings, LoraSettings
 
 
 @pytest.fixture()
-def config(tiny_model, tokenizer, local_texts, tmp_path) -> CompareConfig:
+def config(tiny_model, tokenizer, write_texts, tmp_path) -> CompareConfig:
     tiny_model.save_pretrained(tmp_path / "base")
     tokenizer.save_pretrained(tmp_path / "base")
-    data_file = tmp_path / "texts.json"
-    data_file.write_text(json.dumps([t[:200] for t in local_texts if len(t) >= 120][:80]))
+    data_file = write_texts(tmp_path, 80, min_chars=120, max_chars=200)
     run = RunConfig(
         model=str(tmp_path / "base"),
         data=DataSettings(corpus=None, path=str(data_file), max_words=None, n_members=16, n_non_members=16,

@@ -108,12 +108,12 @@ def test_exposure_is_summarised_over_the_inserted_canaries_only():
 # Real runs through `privft train`'s pipeline on the tiny Llama: ~70 s on one CPU thread in all.
 
 @pytest.fixture(scope="module")
-def run_inputs(tokenizer, local_texts, tmp_path_factory):
+def run_inputs(tokenizer, write_texts, tmp_path_factory):
     """A saved tiny base model and a file of short texts, shared by the runs below."""
     folder = tmp_path_factory.mktemp("one-run")
     build_tiny_llama(tokenizer).save_pretrained(folder / "base")
     tokenizer.save_pretrained(folder / "base")
-    (folder / "texts.json").write_text(json.dumps([t[:120] for t in local_texts if len(t) >= 120][:600]))
+    write_texts(folder, 600, min_chars=120, max_chars=120)
     return folder
 
 

@@ -71,11 +71,11 @@ def test_the_registry_says_how_the_audit_uses_a_new_attack(toy_extensions):
 
 
 def test_a_toy_attack_paraphraser_and_rule_run_from_a_yaml_config(toy_extensions, tiny_model, tokenizer,
-                                                                   local_texts, tmp_path, monkeypatch, capsys):
+                                                                   write_texts, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("PRIVFT_CACHE", str(tmp_path / "cache"))  # the toy's paraphrases stay out of the user's cache
     tiny_model.save_pretrained(tmp_path / "base")
     tokenizer.save_pretrained(tmp_path / "base")
-    (tmp_path / "texts.json").write_text(json.dumps([t[:250] for t in local_texts if len(t) >= 150][:120]))
+    write_texts(tmp_path, 120, min_chars=150, max_chars=250)
     run = tmp_path / "run"
     (tmp_path / "run.yaml").write_text(f"""\
 model: {tmp_path / "base"}

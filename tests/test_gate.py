@@ -273,11 +273,10 @@ def test_bad_limits_are_refused_naming_the_key(tmp_path):
     assert load_yaml(RunConfig, tmp_path / "run.yaml").gate == GatePolicy()
 
 
-def test_a_dp_lora_run_states_epsilon_and_ends_with_its_verdict(tokenizer, local_texts, tmp_path):
+def test_a_dp_lora_run_states_epsilon_and_ends_with_its_verdict(tokenizer, write_texts, tmp_path):
     build_tiny_llama(tokenizer).save_pretrained(tmp_path / "base")
     tokenizer.save_pretrained(tmp_path / "base")
-    data_file = tmp_path / "texts.json"
-    data_file.write_text(json.dumps([t[:250] for t in local_texts if len(t) >= 150][:120]))
+    data_file = write_texts(tmp_path, 120, min_chars=150, max_chars=250)
     gate = GatePolicy(min_members=30, min_non_members=30, max_blind_baseline_auc=1.0, max_tpr_at_fpr={0.05: 1.0},
                       max_canary_exposure=None, max_epsilon=8.0)
     config = RunConfig(

@@ -124,12 +124,11 @@ def test_the_goldfish_setting_round_trips_is_checked_and_turns_on_a_grid_cell(tm
         ("pretrained", None, 7), ("lora", None, 7), ("goldfish", 4, 7)]  # the base run's own k is not a baseline's
 
 
-def test_a_run_with_goldfish_trains_on_masked_batches_and_its_record_says_so(tiny_model_dir, local_texts, tmp_path,
+def test_a_run_with_goldfish_trains_on_masked_batches_and_its_record_says_so(tiny_model_dir, write_texts, tmp_path,
                                                                              monkeypatch, one_thread):
     calls = []
     monkeypatch.setattr(goldfish, "goldfish_labels", lambda *args: calls.append(args) or goldfish_labels(*args))
-    data_file = tmp_path / "texts.json"
-    data_file.write_text(json.dumps([t[:150] for t in local_texts if len(t) >= 120][:40]))
+    data_file = write_texts(tmp_path, 40, min_chars=120, max_chars=150)
     config = RunConfig(
         model=tiny_model_dir,
         data=DataSettings(corpus=None, path=str(data_file), max_words=None, n_members=16, n_non_members=16,

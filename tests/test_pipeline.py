@@ -63,9 +63,8 @@ def test_an_output_dir_holding_another_run_is_refused_before_anything_is_written
     assert not (tmp_path / "run" / "split.json").exists()
 
 
-def test_run_with_canaries_and_soft_trains_audits_and_saves(tiny_model_dir, local_texts, tmp_path):
-    data_file = tmp_path / "texts.json"
-    data_file.write_text(json.dumps([t[:250] for t in local_texts if len(t) >= 150][:120]))
+def test_run_with_canaries_and_soft_trains_audits_and_saves(tiny_model_dir, write_texts, tmp_path):
+    data_file = write_texts(tmp_path, 120, min_chars=150, max_chars=250)
     config = RunConfig(
         model=tiny_model_dir,
         data=DataSettings(corpus=None, path=str(data_file), max_words=None, n_members=30, n_non_members=30,

@@ -38,13 +38,12 @@ class KillAfterStep(TrainerCallback):
 
 
 @pytest.fixture()
-def base_config(tiny_model, tokenizer, local_texts, tmp_path, monkeypatch, one_thread):
+def base_config(tiny_model, tokenizer, write_texts, tmp_path, monkeypatch, one_thread):
     """A tiny-model run of 20 members with checkpoints every `save_steps`, caches kept inside the test's folder."""
     monkeypatch.setenv("PRIVFT_CACHE", str(tmp_path / "cache"))
     tiny_model.save_pretrained(tmp_path / "base")
     tokenizer.save_pretrained(tmp_path / "base")
-    data_file = tmp_path / "texts.json"
-    data_file.write_text(json.dumps([t[:200] for t in local_texts if len(t) >= 150][:80]))
+    data_file = write_texts(tmp_path, 80, min_chars=150, max_chars=200)
 
     def config(name: str, *, epochs: int, save_steps: int, **sections) -> RunConfig:
         return RunConfig(

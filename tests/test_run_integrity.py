@@ -20,11 +20,9 @@ from privft.training import FinetuneSettings, LoraSettings
 
 
 @pytest.fixture()
-def texts_file(local_texts, tmp_path) -> Path:
+def texts_file(write_texts, tmp_path) -> Path:
     """A data file of 60 texts."""
-    path = tmp_path / "texts.json"
-    path.write_text(json.dumps([t[:200] for t in local_texts if len(t) >= 120][:60]))
-    return path
+    return write_texts(tmp_path, 60, min_chars=120, max_chars=200)
 
 
 def _replace_texts(path: Path) -> None:

@@ -155,8 +155,8 @@ def test_a_value_a_library_would_refuse_is_named_when_the_yaml_loads(tmp_path, s
         load_yaml(RunConfig, tmp_path / "run.yaml")
 
 
-def test_the_corrected_config_then_runs_in_the_same_folder(model_dir, local_texts, tmp_path):
-    (tmp_path / "texts.json").write_text(json.dumps([t[:200] for t in local_texts if len(t) >= 150][:60]))
+def test_the_corrected_config_then_runs_in_the_same_folder(model_dir, write_texts, tmp_path):
+    write_texts(tmp_path, 60, min_chars=150, max_chars=200)
     out = tmp_path / "run"
     settings = (f"model: {model_dir}\ndata:\n  corpus: null\n  path: {tmp_path / 'texts.json'}\n  n_members: 20\n"
                 f"  n_non_members: 20\n  n_validation: 5\naudit:\n  attacks: [loss]\n  n_bootstrap: 20\n"
@@ -173,9 +173,9 @@ def test_the_corrected_config_then_runs_in_the_same_folder(model_dir, local_text
 
 # 10. The start token is the model's document boundary, configurable and recorded.
 
-def test_the_start_token_is_configured_once_recorded_and_used_for_training_and_scoring(model_dir, local_texts,
+def test_the_start_token_is_configured_once_recorded_and_used_for_training_and_scoring(model_dir, write_texts,
                                                                                         tokenizer, tmp_path):
-    (tmp_path / "texts.json").write_text(json.dumps([t[:200] for t in local_texts if len(t) >= 150][:60]))
+    write_texts(tmp_path, 60, min_chars=150, max_chars=200)
     settings = (f"model: {model_dir}\ndata:\n  corpus: null\n  path: {tmp_path / 'texts.json'}\n  n_members: 20\n"
                 f"  n_non_members: 20\n  n_validation: 5\naudit:\n  attacks: [loss]\n  n_bootstrap: 20\n"
                 f"training:\n  epochs: 1\n  max_length: 128\n  output_dir: {tmp_path / 'run'}\n")

@@ -20,10 +20,9 @@ from privft.tune import FINISHED, TuneSettings, choose, rate_config, tuning_run
 
 
 @pytest.fixture()
-def config(tiny_model_dir, local_texts, tmp_path, one_thread) -> CompareConfig:
+def config(tiny_model_dir, write_texts, tmp_path, one_thread) -> CompareConfig:
     """A grid of the pretrained and plain-LoRA rows only; tests add tuned cells (2 epochs of 4 steps each)."""
-    data_file = tmp_path / "texts.json"
-    data_file.write_text(json.dumps([t[:200] for t in local_texts if len(t) >= 120][:80]))
+    data_file = write_texts(tmp_path, 80, min_chars=120, max_chars=200)
     run = RunConfig(
         model=tiny_model_dir,
         data=DataSettings(corpus=None, path=str(data_file), max_words=None, n_members=16, n_non_members=16,
