@@ -70,7 +70,8 @@ def test_a_gemma_text_is_scored_trained_and_rewritten_after_one_bos(bos_tokenize
     NeighbourParaphraser(model, bos_tokenizer).rewrite(texts[0], seed=0)
     hook.remove()
     rows += tokenize_for_training(bos_tokenizer, texts, 256)["input_ids"]
-    assert len(rows) == 2 * len(texts) + 1
+    # scoring's and training's rows, the paraphraser's, and scoring's check (its probe, then the model's own forward)
+    assert len(rows) == 2 * len(texts) + 3
     assert all(row[0] == bos and bos not in row[1:] for row in rows)
 
 

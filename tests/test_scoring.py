@@ -283,6 +283,22 @@ def test_the_start_token_is_the_tokenizers_own_else_the_document_separator_else_
         start_token_rule("").__enter__()
 
 
+def test_a_model_whose_forward_post_processes_unannounced_is_refused_before_scoring(tiny_model, tokenizer,
+                                                                                     local_texts, monkeypatch):
+    """A forward pass that scales its logits under a name privft does not read (MiniCPM's width scaling) is caught."""
+    forward = type(tiny_model).forward
+
+    def scaled(self, *args, **kwargs):
+        output = forward(self, *args, **kwargs)
+        output.logits = output.logits / 9.0  # MiniCPM: hidden / (hidden_size / dim_model_base) before its head
+        return output
+
+    monkeypatch.setattr(type(tiny_model), "forward", scaled)
+    with pytest.raises(ScoringError, match=r"LlamaForCausalLM \(model_type 'llama'\)'s own forward pass gives "
+                                           r"log-probabilities up to .* nats away.*open an issue naming"):
+        score_texts(tiny_model, tokenizer, local_texts[:2])
+
+
 @pytest.mark.parametrize("post_processing", [{"final_logit_softcapping": 2.0}, {"logit_scale": 0.5},
                                              {"logits_scaling": 4.0}], ids=["softcap", "scale", "granite-scale"])
 def test_heads_whose_model_post_processes_its_logits_give_the_forward_passs_statistics(tokenizer, local_texts,

@@ -36,7 +36,7 @@ def texts(local_texts) -> tuple[list[str], list[str], list[str]]:
 
 
 class BatchRecorder(TrainerCallback):
-    """Records, per epoch, the mask the view serves and the unpadded ids of every row the model is fed."""
+    """Records, per epoch, the mask the view serves and the unpadded ids of every row the model trains on."""
 
     def __init__(self, model: torch.nn.Module, view: ObfuscatedView) -> None:
         self.view, self.epoch = view, 0
@@ -50,6 +50,8 @@ class BatchRecorder(TrainerCallback):
         self.masks.setdefault(self.epoch, self.view.mask)
 
     def _record(self, module, args, kwargs):
+        if not module.training:  # a scoring pass (eval mode), not a training batch
+            return
         for ids, keep in zip(kwargs["input_ids"], kwargs["attention_mask"]):
             self.rows[self.epoch].append(tuple(ids[keep.bool()].tolist()))
 

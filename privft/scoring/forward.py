@@ -35,6 +35,8 @@ HEAD_TILE_ELEMENTS = 2**20  # logits per tile: 4 MiB of fp32 (1,024 rows), so th
 HEAD_CHUNK_ELEMENTS = 2**22  # logits per block of a head that computes whole rows (wrapped, quantised): 16 MiB
 CANCELLATION_LIMIT = 100.0  # E_p[z']² / σ² above which σ is recomputed centred (≤ ~1e-5 relative error)
 LOG2_E = 1.4426950408889634  # exp z = 2^(z log2 e): torch's exp2 ran ~3× faster than its exp (AMD EPYC, 2026-12)
+FORWARD_CHECK_TOKENS = 16  # tokens of each run's first window also scored by the model's own forward pass
+FORWARD_CHECK_TOLERANCE = 0.05  # nats for fp32 logits (64 rounding steps of the logits' dtype, if more)
 
 
 @dataclass(frozen=True)
@@ -295,6 +297,37 @@ def _score_windows(model: PreTrainedModel, windows: list[_Window], pad_id: int, 
     return [TokenArrays(*window) for window in zip(*(np.split(stat, splits) for stat in host))]
 
 
+@torch.no_grad()
+def _check_against_forward(model: PreTrainedModel, window: _Window, pad_id: int, workspace: _HeadWorkspace) -> None:
+    """Refuse a model whose own forward pass gives other log-probabilities than privft's decoder and head.
+
+    privft replicates the post-processing that `_HeadWorkspace` names; a model that scales its hidden
+    state or logits under another name (MiniCPM's width scaling, say) would otherwise be scored
+    silently wrong. One short window is scored both ways, once per scoring pass, before anything else.
+    Low-precision logits may differ by a rounding step between the two (other GEMM shapes), so the
+    tolerance is 64 of the logits' eps where that is more: a logit below 32 off by one step at the
+    target and at the normaliser.
+    """
+    ids = window.input_ids[:FORWARD_CHECK_TOKENS]
+    if len(ids) < 2:
+        return
+    (ours,) = _score_windows(model, [_Window(window.text_index, 0, ids, 1)], pad_id, False, workspace)
+    batch = torch.tensor([ids], device=next(model.parameters()).device)
+    logits = model(input_ids=batch, use_cache=False).logits[0, :-1]
+    tolerance = max(FORWARD_CHECK_TOLERANCE, 64 * torch.finfo(logits.dtype).eps)
+    theirs = torch.log_softmax(logits.float(), dim=-1).gather(1, batch[0, 1:, None]).squeeze(1).cpu().numpy()
+    gap = float(np.abs(ours.logprob - theirs).max())
+    if np.isfinite(gap) and gap > tolerance:  # non-finite scores are `_check_finite`'s to name
+        name = f"{type(model).__name__} (model_type {getattr(model.config, 'model_type', '?')!r})"
+        raise ScoringError(
+            f"{name}'s own forward pass gives log-probabilities up to {gap:.3g} nats away from privft's scoring "
+            f"(its decoder's hidden state through its output head) on the first {len(ids)} tokens of text "
+            f"{window.text_index}: the model post-processes its hidden state or logits in a way privft does not "
+            "replicate (it replicates logit_scale, logits_scaling and final_logit_softcapping), so every score "
+            f"would be wrong. This pass stopped before scoring; open an issue naming {type(model).__name__} and "
+            "its config's post-processing so privft can apply it.")
+
+
 def _check_window(model: PreTrainedModel, max_length: int | None, stride: int | None) -> tuple[int, int]:
     """The window size and stride to score with, checked against the model's context."""
     max_length = _context_length(model, max_length)
@@ -328,6 +361,8 @@ def _score_sequences(model: PreTrainedModel, sequences: dict[int, list[int]], *,
         was_training = model.training
         model.eval()
         try:
+            if mine:
+                _check_against_forward(model, mine[0][0], pad_id, workspace)
             for batch in progress_bar(mine, desc=desc, disable=not mine, leave=False):
                 for window, stats in zip(batch, _score_windows(model, batch, pad_id, distribution, workspace)):
                     scored[window.text_index, window.order] = stats
