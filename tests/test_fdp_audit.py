@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from privft.callbacks.one_run import one_run_warnings
+from privft.callbacks.one_run import one_run_entry
 from privft.dp.accounting import epsilon_spent
 from privft.epsilon_audit import audit_one_run, epsilon_lower_bound
 from privft.fdp_audit import (
@@ -133,12 +133,20 @@ def _one_run_entry(copies: int, accountant: float | None, n_canaries: int = 100)
     """A one-run report entry as privft.callbacks.one_run writes it, from a perfect attack on `n_canaries`."""
     half = n_canaries // 2
     scores, included = np.arange(float(n_canaries)), np.r_[np.zeros(half, bool), np.ones(half, bool)]
-    delta = 1e-5 if accountant else 0.0
-    entry = {**audit_one_run(scores, included, delta).to_dict(), "score": "secret log-likelihood (loss)",
-             "copies": copies, "accountant_epsilon": accountant, "accountant_delta": delta or None,
-             "accountant_epsilon_per_sequence": accountant,
-             "fdp": audit_one_run_fdp(scores, included, delta).to_dict()}
-    return {**entry, "warnings": one_run_warnings(entry)}
+    return one_run_entry(scores, included, (accountant, 1e-5) if accountant else None, copies=copies,
+                         score="secret log-likelihood (loss)")
+
+
+def test_a_one_run_entry_keeps_what_recomputes_its_bounds():
+    rng = np.random.default_rng(0)
+    included = rng.random(200) < 0.5
+    scores = rng.normal(size=200) + included  # a weak attack: some guesses wrong
+    entry = one_run_entry(scores, included, (8.0, 1e-5), copies=1, score="loss")
+    assert entry["included"] == included.tolist() and np.allclose(entry["scores"], scores)
+    kept, inside = np.array(entry["scores"]), np.array(entry["included"])
+    assert audit_one_run(kept, inside, entry["delta"]).epsilon_lower_bound == entry["epsilon_lower_bound"]
+    fdp = audit_one_run_fdp(kept, inside, entry["fdp"]["delta"]).epsilon_lower_bound
+    assert fdp == entry["fdp"]["epsilon_lower_bound"]
 
 
 def test_the_report_shows_both_analyses_with_their_ceilings_and_warns_about_the_protocols_limits():

@@ -16,6 +16,7 @@ import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 from numpy.typing import ArrayLike
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
@@ -83,7 +84,10 @@ def gradient_canary_epsilon_audit(engine: DPLoraEngine) -> dict[str, Any]:
 
 def one_run_entry(scores: ArrayLike, included: ArrayLike, guarantee: tuple[float, float] | None, *, copies: int,
                   score: str) -> dict[str, Any]:
-    """Both one-run bounds of these scores, beside the accountant's per-sequence `guarantee` (group level `copies`)."""
+    """Both one-run bounds of these scores, beside the accountant's per-sequence `guarantee` (group level `copies`).
+
+    The entry keeps each canary's score and inclusion bit, so anyone can recompute both bounds from it.
+    """
     canary_guarantee = group_privacy(*guarantee, copies) if guarantee else None
     delta = canary_guarantee[1] if canary_guarantee else 0.0
     entry = {
@@ -94,6 +98,8 @@ def one_run_entry(scores: ArrayLike, included: ArrayLike, guarantee: tuple[float
         "accountant_delta": canary_guarantee[1] if canary_guarantee else None,
         "accountant_epsilon_per_sequence": guarantee[0] if guarantee else None,
         "fdp": audit_one_run_fdp(scores, included, delta=delta).to_dict(),
+        "scores": np.asarray(scores, dtype=float).tolist(),
+        "included": np.asarray(included, dtype=bool).tolist(),
     }
     return {**entry, "warnings": one_run_warnings(entry)}
 
