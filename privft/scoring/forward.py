@@ -35,7 +35,7 @@ HEAD_TILE_ELEMENTS = 2**20  # logits per tile: 4 MiB of fp32 (1,024 rows), so th
 HEAD_CHUNK_ELEMENTS = 2**22  # logits per block of a head that computes whole rows (wrapped, quantised): 16 MiB
 CANCELLATION_LIMIT = 100.0  # E_p[z']² / σ² above which σ is recomputed centred (≤ ~1e-5 relative error)
 LOG2_E = 1.4426950408889634  # exp z = 2^(z log2 e): torch's exp2 ran ~3× faster than its exp (AMD EPYC, 2026-12)
-FORWARD_CHECK_TOKENS = 16  # tokens of each run's first window also scored by the model's own forward pass
+FORWARD_CHECK_TOKENS = 16  # tokens of each scoring pass's first window also scored by the model's own forward
 FORWARD_CHECK_TOLERANCE = 0.05  # nats for fp32 logits (64 rounding steps of the logits' dtype, if more)
 
 
