@@ -3,19 +3,27 @@
 #  1. `privft compare`: every cell (pretrained, LoRA r 16, SOFT at privft's default, DP-LoRA ε = 8) trains
 #     completion-only and audits the completions, with canaries and extraction of replies from their prompts
 #     (finished cells are skipped; a cell cut off mid-training resumes from its last checkpoint, every 25 steps).
-#  2. The prompt side of each trained model: the same split scored on the prompt tokens, which no cell trained on
-#     (were these customers' tickets in the training set?). Skipped where its report exists.
+#  2. The prompt side of each finished model, straight after its cell: the same split scored on the prompt tokens,
+#     which no cell trained on (were these customers' tickets in the training set?). Skipped where its report exists.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PRIVFT=${PRIVFT:-.venv/bin/privft}
 config=experiments/conversations.yaml
 cells=runs/conversations/cells
-"$PRIVFT" compare "$config"
-for cell in "$cells"/*/; do
-  out="$cell/prompt-side"
-  [ -f "$out/report.json" ] && continue
-  model="$cell/model"
-  [ -d "$model" ] || model=smollm2-135m                      # the pretrained row audits the base model itself
-  "$PRIVFT" audit --split "$cell/split.json" --model "$model" --scored prompt --max-fpr 0.01 --max-fpr 0.001 \
-    --batch-size 16 --cache-dir runs/conversations/prompt-side-cache --out "$out"
+prompt_sides() {  # every finished cell's prompt side, skipped where its report exists
+  for cell in "$cells"/*/; do
+    [ -f "$cell/cell.json" ] || continue
+    out="$cell/prompt-side"
+    [ -f "$out/report.json" ] && continue
+    model="$cell/model"
+    [ -d "$model" ] || model=smollm2-135m                    # the pretrained row audits the base model itself
+    "$PRIVFT" audit --split "$cell/split.json" --model "$model" --scored prompt --max-fpr 0.01 --max-fpr 0.001 \
+      --batch-size 16 --cache-dir runs/conversations/prompt-side-cache --out "$out"
+  done
+}
+# One cell at a time, each followed by its prompt side, so every finished row is whole (the pretrained and
+# plain-LoRA rows run with the first; the names are the grid's in experiments/conversations.yaml).
+for name in "LoRA r=16" "SOFT paper (r=16)" "DP-LoRA ε=8 (r=16)"; do
+  "$PRIVFT" compare "$config" --cell "$name"
+  prompt_sides
 done

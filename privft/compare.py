@@ -40,6 +40,7 @@ from privft.report import package_versions
 from privft.run_folder import changed_sides, recorded_hashes
 from privft.scoring import StatsCache, start_token_rule
 from privft.scoring.render import rendering_context
+from privft.training_record import times_partial
 from privft.tune import TuneSettings, check_tunable, run_tuned
 
 MIN_PERPLEXITY_GAIN = 0.01
@@ -270,6 +271,7 @@ def cell_row(cell: Cell, result: RunResult) -> dict[str, Any]:
         "distribution_shift": report.distribution_shift,
         "canary_exposure": report.canary_exposure, "train_seconds": result.train_seconds,
         "train_cpu_seconds": result.train_cpu_seconds, "resumed_from": result.resumed_from,
+        "times_partial": result.times_partial,
         "split": report.split, "report": str(result.output_dir / "report.json"),
     }
 
@@ -506,7 +508,8 @@ def run_compare(config: CompareConfig, *, finished_only: bool = False, only: Seq
             row["train_seconds"] -= adaptive.clock.seconds
             row["train_cpu_seconds"] -= adaptive.clock.cpu_seconds
         if tuned:  # its cost is every learning rate's run: the audit resumes the chosen checkpoint and trains no step
-            row.update({key: tuned[key] for key in ("train_seconds", "train_cpu_seconds", "resumed_from")})
+            row.update({key: tuned[key] for key in ("train_seconds", "train_cpu_seconds", "resumed_from",
+                                                    "times_partial")})
         rows[index] = {**row, "tune": tuned, "adaptive": adaptive.result if adaptive else None,
                        "adaptive_seconds": adaptive.clock.seconds if adaptive else None, "cell_seconds": seconds[-1]}
         atomic_write_text(path, json.dumps(rows[index], indent=1))
@@ -656,9 +659,10 @@ def comparison_table(comparison: Comparison) -> str:
         lines += ["", HELD_OUT_NOTE]
     if any(row.get("tune") for row in rows):
         lines += ["", TUNED_NOTE]
-    if any(row.get("resumed_from") for row in rows):
-        lines += ["", "†: the cell resumed from a checkpoint after a restart; its times, and its × LoRA, count the "
-                      "part after the restart only."]
+    if any(times_partial(row) for row in rows):
+        lines += ["", "†: the cell resumed after a restart from a checkpoint that kept no training clock; its times, "
+                      "and its × LoRA, count the part after the restart only (a resume from a checkpoint that kept "
+                      "one adds the time spent up to it, and is not marked)."]
     if comparison.pending:
         lines += ["", "Pending cells (not yet run; rerun `privft compare` to resume): "
                       f"{', '.join(comparison.pending)}."]
@@ -685,11 +689,11 @@ def _tuned(row: dict[str, Any]) -> str:
 
 
 def _seconds(row: dict[str, Any], key: str) -> str:
-    """A cell's training seconds (wall or CPU), † when it resumed from a checkpoint; n/a where not recorded."""
+    """A cell's training seconds (wall or CPU), † when they count the part after a restart only; n/a if not recorded."""
     value = row.get(key)
     if value is None:
         return "n/a"
-    return f"{value:.0f}" + (" †" if row.get("resumed_from") else "")
+    return f"{value:.0f}" + (" †" if times_partial(row) else "")
 
 
 def adaptive_table(rows: list[dict[str, Any]]) -> str:

@@ -6,7 +6,7 @@ import json
 import math
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import astuple, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,7 @@ from privft.callbacks.audit import PrivacyAuditCallback, fine_tuned_name, write_
 from privft.callbacks.canary import CanaryCallback
 from privft.callbacks.one_run import gradient_canary_epsilon_audit
 from privft.callbacks.soft import SelectiveObfuscationCallback, prepare_soft
-from privft.clock import Clock
+from privft.callbacks.training_clock import TrainingClockCallback
 from privft.config import SAVED_BEFORE, config_changes, describe_changes, from_dict, require, to_dict
 from privft.data import MembershipSplit
 from privft.data.canaries import CanaryPlan, canary_format
@@ -224,8 +224,9 @@ class RunResult:
     soft_history: list[dict] = field(default_factory=list)
     privacy: dict | None = None  # DP-LoRA's guarantee and settings (privft.dp.DPLoraEngine.summary), if private
     verdict: Verdict | None = None  # the release gate's, when the config has a `gate` policy
-    train_cpu_seconds: float | None = None  # the process's CPU seconds over the same span (privft.clock.Clock)
-    resumed_from: str | None = None  # the checkpoint a resumed run restarted from: both times count after it only
+    train_cpu_seconds: float | None = None  # the process's CPU seconds over the same span (privft.callbacks.training_clock)
+    resumed_from: str | None = None  # the checkpoint a resumed run restarted from; its times include those before it
+    times_partial: bool = False  # resumed from a checkpoint that kept no training clock: both times count after it
 
 
 def training_record(config: RunConfig, n_texts: int, soft: SelectiveObfuscationCallback | None,
@@ -423,7 +424,8 @@ def _train_and_audit(config: RunConfig, split: MembershipSplit | None, extra_cal
                                           rendering=record_rendering())
     if audit:
         callbacks.append(audit_callback)
-    callbacks.extend(extra_callbacks)
+    timer = TrainingClockCallback(exclude=audit_callback.clock)  # kept in each checkpoint: a resume adds its time
+    callbacks += [timer, *extra_callbacks]
 
     private = config.dp.target_epsilon is not None
     validation = None if audit else tokenize_for_training(tokenizer, split.validation, config.training.max_length)
@@ -435,16 +437,17 @@ def _train_and_audit(config: RunConfig, split: MembershipSplit | None, extra_cal
         make_private(trainer, config.dp)
     checkpoint = resume_from or (last_complete_checkpoint(out, required=(DP_STATE_FILE,) if private else ())
                                  if config.training.save_steps else None)
+    times_partial = bool(checkpoint) and not timer.resume(checkpoint)
     if checkpoint:  # a given one, or with training.save_steps an interrupted run's last save: it continues there
-        warnings.warn(f"Resuming the run in {out} from {checkpoint}; its training time counts this part only.",
-                      stacklevel=2)
-    clock = Clock()
-    with clock.span():
-        trainer.train(resume_from_checkpoint=checkpoint)
-    train_seconds, train_cpu_seconds = (clock.seconds - audit_callback.clock.seconds,
-                                        clock.cpu_seconds - audit_callback.clock.cpu_seconds)
+        warnings.warn(f"Resuming the run in {out} from {checkpoint}; " + (
+            "it kept no training clock (an older privft's, or a save cut short), so its training time counts this "
+            "part only." if times_partial else
+            f"its training time adds the {timer.carried.seconds:.0f} s spent up to it."), stacklevel=2)
+    trainer.train(resume_from_checkpoint=checkpoint)
+    train_seconds, train_cpu_seconds = astuple(timer.elapsed())
     if not audit:  # a tuning run: its epochs' checkpoints and validation losses are its result
-        return RunResult(None, out, train_seconds, train_cpu_seconds=train_cpu_seconds, resumed_from=checkpoint)
+        return RunResult(None, out, train_seconds, train_cpu_seconds=train_cpu_seconds, resumed_from=checkpoint,
+                         times_partial=times_partial)
     if soft_callback:  # after a resume the Trainer holds a SOFT callback rebuilt from the checkpoint
         soft_callback = next(cb for cb in trainer.callback_handler.callbacks
                              if isinstance(cb, SelectiveObfuscationCallback))
@@ -461,7 +464,8 @@ def _train_and_audit(config: RunConfig, split: MembershipSplit | None, extra_cal
         report.gradient_epsilon_audit = gradient_canary_epsilon_audit(trainer.dp)
         atomic_write_text(out / "gradient_canaries.json", json.dumps(trainer.dp.canaries.state_dict(), indent=1))
     report.training = replace(training_record(config, len(train_texts), soft_callback, privacy),
-                              train_seconds=train_seconds, train_cpu_seconds=train_cpu_seconds, resumed_from=checkpoint)
+                              train_seconds=train_seconds, train_cpu_seconds=train_cpu_seconds, resumed_from=checkpoint,
+                              times_partial=times_partial)
     report.save(out)  # again, now saying how the model was trained and defended
     verdict = check(report, config.gate) if config.gate else None
     if verdict:
@@ -469,4 +473,4 @@ def _train_and_audit(config: RunConfig, split: MembershipSplit | None, extra_cal
     for card in (out, out / "model"):
         write_model_card_section(card, report, verdict)
     return RunResult(report, out, train_seconds, soft_callback.history if soft_callback else [], privacy, verdict,
-                     train_cpu_seconds=train_cpu_seconds, resumed_from=checkpoint)
+                     train_cpu_seconds=train_cpu_seconds, resumed_from=checkpoint, times_partial=times_partial)

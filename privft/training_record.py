@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -131,8 +132,9 @@ class TrainingRecord:
     goldfish: GoldfishRecord | None = None
     canaries: str | None = None  # e.g. "10 canaries × 5 copies"; None when none were planted
     train_seconds: float | None = None  # wall seconds of training, the audits run inside it excluded
-    train_cpu_seconds: float | None = None  # this process's CPU seconds over the same span (privft.clock.Clock)
-    resumed_from: str | None = None  # the checkpoint a resumed run restarted from: both times count after it only
+    train_cpu_seconds: float | None = None  # this process's CPU seconds over the same span (privft.callbacks.training_clock)
+    resumed_from: str | None = None  # the checkpoint a resumed run restarted from; its times include those before it
+    times_partial: bool = False  # resumed from a checkpoint that kept no training clock: both times count after it
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (report.json's `training`)."""
@@ -155,3 +157,7 @@ class TrainingRecord:
         lines += [part.markdown() for part in defences] or ["- No defence: neither SOFT nor DP-SGD."]
         return "\n".join(lines)
 
+
+def times_partial(record: Mapping[str, Any]) -> bool:
+    """Whether a record's training times count the part after a restart only (before privft carried them: any resume)."""
+    return record.get("times_partial", bool(record.get("resumed_from")))

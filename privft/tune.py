@@ -31,6 +31,7 @@ from privft.dp.callback import STATE_FILE as DP_STATE_FILE
 from privft.io import atomic_write_text
 from privft.pipeline import RunConfig, RunResult, check_output_dir, run_training, train_epochs
 from privft.training import last_complete_checkpoint
+from privft.training_record import times_partial
 
 MAX_LEARNING_RATES = 3
 FINISHED = "tune.json"  # a learning rate's record, written once its run has finished
@@ -94,7 +95,7 @@ def tuning_run(config: RunConfig) -> dict[str, Any]:
     result = train_epochs(config, resume_from=last_complete_checkpoint(out, (DP_STATE_FILE,) if private else ()))
     record = {"learning_rate": config.training.learning_rate, "epochs": epoch_losses(out),
               "train_seconds": result.train_seconds, "train_cpu_seconds": result.train_cpu_seconds,
-              "resumed_from": result.resumed_from}
+              "resumed_from": result.resumed_from, "times_partial": result.times_partial}
     atomic_write_text(out / FINISHED, json.dumps(record, indent=1))
     return record
 
@@ -135,5 +136,6 @@ def run_tuned(config: RunConfig, settings: TuneSettings, *, extra_callbacks: Seq
         "train_seconds": sum(run["train_seconds"] for run in runs),
         "train_cpu_seconds": sum(run["train_cpu_seconds"] for run in runs),
         "resumed_from": resumed[0] if resumed else None,
+        "times_partial": any(times_partial(run) for run in runs),
         "uncounted_privacy": UNCOUNTED_PRIVACY if config.dp.target_epsilon is not None else None}
     return result, selection

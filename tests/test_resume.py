@@ -16,6 +16,7 @@ from transformers import TrainerCallback
 from transformers.trainer import TRAINER_STATE_NAME
 
 from privft.audit import AuditConfig
+from privft.callbacks.training_clock import CLOCK_FILE
 from privft.dp.callback import STATE_FILE
 from privft.pipeline import CanarySettings, DataSettings, DPSettings, RunConfig, SoftSettings, run_training
 from privft.shadows import PoolSettings, ShadowPlan, ShadowSettings
@@ -81,8 +82,12 @@ def test_a_killed_soft_run_resumes_with_its_mask_selections_and_canaries(base_co
     with pytest.warns(UserWarning, match="Resuming the run .* from .*checkpoint-6"):
         resumed = run_training(config)
 
-    assert (resumed.resumed_from, straight.resumed_from) == (str(out / "checkpoint-6"), None)  # its times: after it
-    assert json.loads((out / "report.json").read_text())["training"]["resumed_from"] == resumed.resumed_from
+    assert (resumed.resumed_from, straight.resumed_from) == (str(out / "checkpoint-6"), None)
+    carried = json.loads((out / "checkpoint-6" / CLOCK_FILE).read_text())  # the seconds spent up to checkpoint-6
+    assert carried["seconds"] > 0 and carried["cpu_seconds"] > 0 and not resumed.times_partial
+    assert resumed.train_seconds > carried["seconds"] and resumed.train_cpu_seconds > carried["cpu_seconds"]
+    training = json.loads((out / "report.json").read_text())["training"]
+    assert (training["resumed_from"], training["times_partial"]) == (resumed.resumed_from, False)
     assert resumed.soft_history == straight.soft_history  # the restored selection is kept, the next one agrees
     assert json.loads((out / "soft_selections.json").read_text()) == straight.soft_history
     assert resumed.report.canary_exposure == straight.report.canary_exposure
@@ -100,8 +105,10 @@ def test_a_killed_dp_lora_run_resumes_with_its_accountant_from_the_last_complete
     assert all((out / f"checkpoint-{step}" / STATE_FILE).is_file() for step in (2, 4))  # part of each save
     (out / "checkpoint-4" / TRAINER_STATE_NAME).unlink()  # as a kill during checkpoint-4's save leaves it
     assert last_complete_checkpoint(out, required=(STATE_FILE,)) == str(out / "checkpoint-2")
-    with pytest.warns(UserWarning, match="Resuming the run .* from .*checkpoint-2"):
+    (out / "checkpoint-2" / CLOCK_FILE).unlink()  # as an older privft's checkpoint: no training time to carry
+    with pytest.warns(UserWarning, match="Resuming the run .* from .*checkpoint-2; it kept no training clock"):
         resumed = run_training(config)
+    assert resumed.times_partial and json.loads((out / "report.json").read_text())["training"]["times_partial"]
 
     assert resumed.privacy["noised_steps"] == straight.privacy["noised_steps"] == 6
     assert resumed.privacy["epsilon"] == straight.privacy["epsilon"] <= 8.0

@@ -148,7 +148,7 @@ def test_a_cell_with_its_own_split_is_refused_up_front_naming_it_and_the_key(gri
     assert grid_cells(replace(grid, grid=replace(grid.grid, cells=masked)))[-1].name == "assistant turns"
 
 
-# Issue 31 and item 10: CPU seconds beside wall time; a resumed cell's times are marked; older cells read n/a.
+# Issue 31 and item 10: CPU seconds beside wall time; times counting only a restart's part are marked; n/a if older.
 def test_cpu_seconds_are_recorded_beside_wall_time_and_a_resumed_cell_is_marked(grid, tiny_model, tokenizer, tmp_path):
     tiny_model.save_pretrained(tmp_path / "base")
     tokenizer.save_pretrained(tmp_path / "base")
@@ -162,10 +162,14 @@ def test_cpu_seconds_are_recorded_beside_wall_time_and_a_resumed_cell_is_marked(
     old = json.loads((cells / "pretrained-not-fine-tuned" / "cell.json").read_text())
     del old["train_cpu_seconds"], old["resumed_from"]  # as older privft left it
     (cells / "pretrained-not-fine-tuned" / "cell.json").write_text(json.dumps(old))
-    resumed = {**json.loads((cells / "lora-r-4" / "cell.json").read_text()), "resumed_from": "checkpoint-2"}
-    (cells / "lora-r-4" / "cell.json").write_text(json.dumps(resumed))
+    carried = {**json.loads((cells / "lora-r-4" / "cell.json").read_text()), "resumed_from": "checkpoint-2"}
+    (cells / "lora-r-4" / "cell.json").write_text(json.dumps(carried))  # a resume that carried the earlier time
     table = (run_compare(grid, finished_only=True).output_dir / "compare.md").read_text()
     assert "| Train s | CPU s | × LoRA |" in table
     assert "| 0 | n/a | n/a |" in table  # the pretrained row: no training, CPU seconds not recorded
+    assert f"| {lora['train_seconds']:.0f} | {lora['train_cpu_seconds']:.0f} | 1.00 |" in table and "†" not in table
+    del carried["times_partial"]  # as a privft that did not carry times across a restart left it
+    (cells / "lora-r-4" / "cell.json").write_text(json.dumps(carried))
+    table = (run_compare(grid, finished_only=True).output_dir / "compare.md").read_text()
     assert f"| {lora['train_seconds']:.0f} † | {lora['train_cpu_seconds']:.0f} † | 1.00 |" in table
-    assert "†: the cell resumed from a checkpoint after a restart" in table
+    assert "†: the cell resumed after a restart from a checkpoint that kept no training clock" in table
