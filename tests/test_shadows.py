@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from transformers.trainer import TRAINER_STATE_NAME
 
+from privft.callbacks.training_clock import CLOCK_FILE
 from privft.cli import main
 from privft.config import save_yaml
 from privft.pipeline import CanarySettings
@@ -235,7 +236,9 @@ def test_a_killed_shadow_resumes_from_its_last_complete_checkpoint(settings, tmp
     with pytest.warns(UserWarning, match=r"Resuming shadow 4 of .* from .*checkpoint-1"):
         train_shadow(killed, 4)
     record = json.loads((losses_path(killed, 4).parent / "shadow.json").read_text())
-    assert record["resumed_from"] == "checkpoint-1"
+    carried = json.loads((trainer / "checkpoint-1" / CLOCK_FILE).read_text())  # training time up to checkpoint-1
+    assert record["resumed_from"] == "checkpoint-1" and not record["times_partial"]
+    assert record["train_seconds"] > carried["seconds"] > 0
     np.testing.assert_array_equal(np.load(losses_path(killed, 4)), np.load(losses_path(straight, 4)))
     train_shadow(killed, 4, overwrite=True)  # from step 0, not from the finished run's last checkpoint
     assert json.loads((losses_path(killed, 4).parent / "shadow.json").read_text())["resumed_from"] is None

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from privft.callbacks.training_clock import TrainingClockCallback
 from privft.io import atomic_write_bytes, atomic_write_text
 from privft.models import load_model
 from privft.scoring import TokenStats, score_texts, start_token_record, start_token_rule
@@ -63,21 +64,24 @@ def train_shadow(directory: str | os.PathLike[str], index: int, *, overwrite: bo
     training = dataclasses.replace(settings.training, seed=settings.seed * 10_000 + index,
                                    output_dir=str(path.parent / "trainer"))
     checkpoint = _resume_point(Path(training.output_dir), fingerprint, overwrite) if training.save_steps else None
+    timer = TrainingClockCallback()  # kept in each checkpoint: a resumed shadow adds the time spent before it
+    times_partial = bool(checkpoint) and not timer.resume(checkpoint)
     if checkpoint:
-        warnings.warn(f"Resuming shadow {index} of {directory} from {checkpoint}; its train_seconds count this part "
-                      "only.", stacklevel=2)
+        warnings.warn(f"Resuming shadow {index} of {directory} from {checkpoint}" + (
+            "; it kept no training clock, so its train_seconds count this part only." if times_partial else "."),
+            stacklevel=2)
     model, tokenizer = load_model(settings.model)
-    start = time.perf_counter()
     with start_token_rule(settings.start_token):  # trained and scored after the plan's start token
-        model = finetune(model, tokenizer, texts, training, resume_from_checkpoint=checkpoint)
-        train_seconds = time.perf_counter() - start
+        model = finetune(model, tokenizer, texts, training, callbacks=[timer], resume_from_checkpoint=checkpoint)
+        trained, start = timer.elapsed(), time.perf_counter()
         stats = score_texts(model, tokenizer, plan.texts, batch_size=settings.score_batch_size,
                             max_length=training.max_length, desc=f"shadow {index}", distribution=False)
         start_token = start_token_record(tokenizer)
     atomic_write_text(path.parent / "shadow.json", json.dumps({
         "index": index, "plan_sha256": fingerprint, "n_training_texts": len(texts), "seed": training.seed,
         "start_token": start_token, "resumed_from": Path(checkpoint).name if checkpoint else None,
-        "train_seconds": train_seconds, "score_seconds": time.perf_counter() - start - train_seconds}, indent=1))
+        "times_partial": times_partial, "train_seconds": trained.seconds,
+        "train_cpu_seconds": trained.cpu_seconds, "score_seconds": time.perf_counter() - start}, indent=1))
     buffer = io.BytesIO()
     np.save(buffer, loss_windows(stats, settings.window))
     return atomic_write_bytes(path, buffer.getvalue())
