@@ -179,6 +179,26 @@ def test_prompt_and_all_score_the_other_tokens(chat_tokenizer, local_texts):
                        RecordRendering(scored="prompt"))
 
 
+def test_the_prompt_side_is_scored_without_reading_the_reply(chat_tokenizer, local_texts):
+    records = _records(local_texts, "prompt_completion", 3)
+    model = build_tiny_llama(chat_tokenizer)
+    rendering = RecordRendering(scored="prompt")
+    lengths = []
+    hook = model.get_decoder().register_forward_pre_hook(  # the body: each pass's input length
+        lambda module, args, kwargs: lengths.append(kwargs["input_ids"].shape[1]), with_kwargs=True)
+    with rendering_context(rendering):
+        stats = score_texts(model, chat_tokenizer, records)
+    hook.remove()
+    for ours, rendered in zip(stats, render_records(records, chat_tokenizer, rendering)):
+        ids = torch.tensor([rendered.input_ids])
+        with torch.no_grad():
+            logprobs = torch.log_softmax(model(input_ids=ids).logits[0].float(), dim=-1)
+        whole = [logprobs[t - 1, rendered.input_ids[t]].item() for t in rendered.scored]  # read after every token
+        np.testing.assert_allclose(ours.token_logprobs, whole, rtol=1e-4, atol=1e-5)
+    longest_prompt = max(rendered.scored[-1] + 1 for rendered in render_records(records, chat_tokenizer, rendering))
+    assert max(lengths) == longest_prompt  # no pass read a reply token
+
+
 def test_bad_conversational_input_is_refused_before_training(tokenizer, chat_tokenizer, local_texts):
     records = _records(local_texts, "messages", 2)
     with pytest.raises(ScoringError, match="no chat template"):

@@ -59,11 +59,14 @@ def _windows(text_index: int, ids: list[int], max_length: int, stride: int, firs
              pinned: Sequence[int] = (), scored: Sequence[int] | None = None) -> list[_Window]:
     """Cut a sequence into windows that together score every token from `first` on exactly once.
 
-    With `scored` (ascending positions, a record's scored tokens), only those are scored, and a
-    window holding none of them is left out. Each window starts with the `pinned` tokens (BOS and a
-    ReCaLL prefix), so every scored token reads them; the rest of the window slides over `ids`, by
-    at most half its width when pinned.
+    With `scored` (ascending positions, a record's scored tokens), only those are scored, a window
+    holding none of them is left out, and the tokens after the last of them are never read (a causal
+    model's scores of earlier tokens do not depend on them), so a record's prompt side costs its prompt.
+    Each window starts with the `pinned` tokens (BOS and a ReCaLL prefix), so every scored token reads
+    them; the rest of the window slides over `ids`, by at most half its width when pinned.
     """
+    if scored:
+        ids = ids[:scored[-1] + 1]
     width = max_length - len(pinned)
     step = min(stride, max(1, width // 2)) if pinned else stride
     windows, scored_until, begin = [], first, 0
