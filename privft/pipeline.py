@@ -224,7 +224,7 @@ class RunResult:
     soft_history: list[dict] = field(default_factory=list)
     privacy: dict | None = None  # DP-LoRA's guarantee and settings (privft.dp.DPLoraEngine.summary), if private
     verdict: Verdict | None = None  # the release gate's, when the config has a `gate` policy
-    train_cpu_seconds: float | None = None  # the process's CPU seconds over the same span (privft.callbacks.training_clock)
+    train_cpu_seconds: float | None = None  # the process's CPU seconds over the same span (TrainingClockCallback)
     resumed_from: str | None = None  # the checkpoint a resumed run restarted from; its times include those before it
     times_partial: bool = False  # resumed from a checkpoint that kept no training clock: both times count after it
 

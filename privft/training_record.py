@@ -132,7 +132,7 @@ class TrainingRecord:
     goldfish: GoldfishRecord | None = None
     canaries: str | None = None  # e.g. "10 canaries × 5 copies"; None when none were planted
     train_seconds: float | None = None  # wall seconds of training, the audits run inside it excluded
-    train_cpu_seconds: float | None = None  # this process's CPU seconds over the same span (privft.callbacks.training_clock)
+    train_cpu_seconds: float | None = None  # this process's CPU seconds over the same span (TrainingClockCallback)
     resumed_from: str | None = None  # the checkpoint a resumed run restarted from; its times include those before it
     times_partial: bool = False  # resumed from a checkpoint that kept no training clock: both times count after it
 
@@ -159,5 +159,5 @@ class TrainingRecord:
 
 
 def times_partial(record: Mapping[str, Any]) -> bool:
-    """Whether a record's training times count the part after a restart only (before privft carried them: any resume)."""
+    """Whether a record's training times count only the part after a restart (a record older than the flag: any)."""
     return record.get("times_partial", bool(record.get("resumed_from")))
