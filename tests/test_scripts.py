@@ -92,27 +92,37 @@ def test_paired_perplexity_divides_each_cell_by_the_baseline_over_the_same_texts
     assert refused.returncode != 0 and "add_perplexity_losses.py" in refused.stderr
 
 
-def _audit_report(folder: Path, aucs: dict[str, float], true_positives: int) -> None:
-    """A report.json with what prompt_side_table reads: the split's counts, each attack's AUC and TPR entries."""
+def _audit_report(folder: Path, aucs: dict[str, float], true_positives: int, scores: dict | None = None) -> None:
+    """A report.json with what prompt_side_table reads: the split's counts, each attack's AUC and TPR entries,
+    and with `scores` the per-text scores (50 members, then 200 non-members)."""
     folder.mkdir(parents=True)
     tpr = [{"max_fpr": 0.01, "tpr": true_positives / 50, "true_positives": true_positives, "n_members": 50},
            {"max_fpr": 0.001, "tpr": None, "true_positives": None, "n_members": 50}]
     metrics = {name: {"auc": {"auc": auc, "ci_low": auc - 0.05, "ci_high": auc + 0.05}, "tpr_at_fpr": tpr}
                for name, auc in aucs.items()}
+    per_text = {"sha256": [str(i) for i in range(250)], "label": [1] * 50 + [0] * 200, "scores": scores}
     (folder / "report.json").write_text(json.dumps({"split": {"n_members": 50, "n_non_members": 200},
-                                                    "blind_baseline": metrics.pop("blind"), "attacks": metrics}))
+                                                    "blind_baseline": metrics.pop("blind"), "attacks": metrics,
+                                                    **({"per_text": per_text} if scores else {})}))
 
 
 def test_prompt_side_table_puts_each_cells_two_sides_together_and_names_the_pending(tmp_path):
-    _audit_report(tmp_path / "lora", {"blind": 0.51, "loss": 0.9, "min_k": 0.8}, 20)
-    _audit_report(tmp_path / "lora" / "prompt-side", {"blind": 0.51, "loss": 0.55, "min_k": 0.6}, 2)
+    chance = {"loss": [0.0] * 250, "min_k": [0.0] * 250}  # every text tied: AUC 0.5
+    apart = {"loss": [1.0] * 50 + [0.0] * 200, "min_k": [0.0] * 250}  # members above every non-member: AUC 1
+    _audit_report(tmp_path / "pretrained", {"blind": 0.51, "loss": 0.5, "min_k": 0.5}, 1, chance)
+    _audit_report(tmp_path / "pretrained" / "prompt-side", {"blind": 0.51, "loss": 0.5, "min_k": 0.5}, 1, chance)
+    _audit_report(tmp_path / "lora", {"blind": 0.51, "loss": 1.0, "min_k": 0.8}, 20, apart)
+    _audit_report(tmp_path / "lora" / "prompt-side", {"blind": 0.51, "loss": 0.55, "min_k": 0.6}, 2, chance)
     _audit_report(tmp_path / "dp", {"blind": 0.51, "loss": 0.52}, 1)
     run = subprocess.run([sys.executable, str(SCRIPTS / "prompt_side_table.py"), str(tmp_path)],
                          capture_output=True, text=True, check=True)
     rows = run.stdout.splitlines()
     assert rows[0].startswith("50 members vs 200 non-members")
-    assert rows[4] == "| lora | completion | loss 0.900 [0.85, 0.95] | 0.400 (20/50) | not estimable | 0.510 |"
-    assert rows[5] == "| lora | prompt | min_k 0.600 [0.55, 0.65] | 0.040 (2/50) | not estimable | 0.510 |"
+    assert rows[4] == ("| lora | completion | loss 1.000 [0.95, 1.05] | 0.400 (20/50) | not estimable | "
+                       "+0.500 [+0.500, +0.500] ✱ | 0.510 |")
+    assert rows[5] == ("| lora | prompt | min_k 0.600 [0.55, 0.65] | 0.040 (2/50) | not estimable | "
+                       "+0.000 [+0.000, +0.000] | 0.510 |")
+    assert rows[6].startswith("| pretrained | completion |") and rows[6].endswith("| — | 0.510 |")
     assert rows[-1] == "Pending (a side not audited yet): dp."
 
 
