@@ -151,3 +151,15 @@ def test_epsilon_audit_cells_sets_each_bound_beside_the_accountant_and_names_the
     assert dp[5] == dp[3]  # the white-box columns read gradient_epsilon_audit the same way
     assert lora[1] == "∞ (no DP)" and lora[5] == "–"
     assert rows[-1] == "No one-run audit (not finished, or no one-run canaries): pretrained."
+
+
+def test_score_spread_gives_each_sides_mean_and_spread_and_the_members_shift(tmp_path):
+    scores = {"loss": [-1.0, -3.0] + [-2.0, -4.0] * 2, "ref_ratio": [0.5] * 6}  # 2 members, then 4 non-members
+    (tmp_path / "report.json").write_text(json.dumps({"per_text": {
+        "sha256": [str(i) for i in range(6)], "label": [1, 1, 0, 0, 0, 0], "scores": scores}}))
+    run = subprocess.run([sys.executable, str(SCRIPTS / "score_spread.py"), str(tmp_path)],
+                         capture_output=True, text=True, check=True)
+    rows = run.stdout.strip().splitlines()
+    assert rows[0] == "2 members vs 4 non-members."
+    assert rows[4] == "| loss | -2.000 (1.000) | -3.000 (1.000) | +1.000 |"
+    assert rows[5] == "| ref_ratio | 0.500 (0.000) | 0.500 (0.000) | +0.000 |"
