@@ -424,10 +424,12 @@ def _train_and_audit(config: RunConfig, split: MembershipSplit | None, extra_cal
                                           rendering=record_rendering())
     if audit:
         callbacks.append(audit_callback)
-    timer = TrainingClockCallback(exclude=audit_callback.clock)  # kept in each checkpoint: a resume adds its time
+    private = config.dp.target_epsilon is not None
+    checkpoint = resume_from or (last_complete_checkpoint(out, required=(DP_STATE_FILE,) if private else ())
+                                 if config.training.save_steps else None)
+    timer = TrainingClockCallback(exclude=audit_callback.clock, resumed_from=checkpoint)  # kept in each checkpoint
     callbacks += [timer, *extra_callbacks]
 
-    private = config.dp.target_epsilon is not None
     validation = None if audit else tokenize_for_training(tokenizer, split.validation, config.training.max_length)
     trainer = build_trainer(model, tokenizer, dataset, config.training, callbacks,
                             max_grad_norm=0.0 if private else 1.0, eval_dataset=validation)  # DP clips per sequence
@@ -435,9 +437,7 @@ def _train_and_audit(config: RunConfig, split: MembershipSplit | None, extra_cal
         add_goldfish(trainer, config.goldfish)
     if private:
         make_private(trainer, config.dp)
-    checkpoint = resume_from or (last_complete_checkpoint(out, required=(DP_STATE_FILE,) if private else ())
-                                 if config.training.save_steps else None)
-    times_partial = bool(checkpoint) and not timer.resume(checkpoint)
+    times_partial = timer.times_partial
     if checkpoint:  # a given one, or with training.save_steps an interrupted run's last save: it continues there
         warnings.warn(f"Resuming the run in {out} from {checkpoint}; " + (
             "it kept no training clock (an older privft's, or a save cut short), so its training time counts this "

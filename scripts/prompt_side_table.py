@@ -63,13 +63,13 @@ def table(cells: list[Path]) -> str:
             if (cell / "report.json").exists() and (cell / "prompt-side" / "report.json").exists()]
     if not done:
         raise SystemExit(f"No cell under {cells[0].parent if cells else 'the folder'} has both sides audited yet.")
-    first = read_report(done[0])
+    reports = {(cell, side): read_report(folder) for cell in done
+               for side, folder in (("completion", cell), ("prompt", cell / "prompt-side"))}
+    first = reports[done[0], "completion"]
     fprs = [f"{entry['max_fpr'] * 100:g} %" for entry in first["blind_baseline"]["tpr_at_fpr"]]
     header = ["Cell", "Side", "Strongest attack, AUC [95 % CI]", *[f"TPR @ FPR ≤ {fpr}" for fpr in fprs],
               "Its AUC − pretrained's [paired 95 % CI]", "Blind baseline AUC"]
     pretrained = next((cell for cell in done if cell.name.startswith("pretrained")), None)
-    reports = {(cell, side): read_report(folder) for cell in done
-               for side, folder in (("completion", cell), ("prompt", cell / "prompt-side"))}
     lines = [f"{first['split']['n_members']} members vs {first['split']['n_non_members']} non-members; the "
              "completion side scores the tokens trained on, the prompt side the tickets' own tokens.", "",
              "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]

@@ -20,27 +20,20 @@ CLOCK_FILE = "privft_training_clock.json"  # in each checkpoint: wall and CPU se
 class TrainingClockCallback(TrainerCallback):
     """Training's wall and CPU seconds, the spans of `exclude` (audits run inside training) left out.
 
-    Every checkpoint gets `CLOCK_FILE` with the seconds spent up to it. `resume(checkpoint)` before
-    `trainer.train(resume_from_checkpoint=checkpoint)` starts from them, so a run trained across restarts
-    reports what producing its model cost once: the steps a kill threw away and that were redone count once.
-    The file is written in ``on_save``, after the Trainer's own save; a kill between the two leaves a
-    checkpoint without it, from which `resume` carries nothing and says so.
+    Every checkpoint gets `CLOCK_FILE` with the seconds spent up to it. Given the checkpoint that
+    `trainer.train(resume_from_checkpoint=...)` will resume from, the count starts from them, so a run
+    trained across restarts reports what producing its model cost once: the steps a kill threw away and
+    that were redone count once. The file is written in ``on_save``, after the Trainer's own save; a kill
+    between the two leaves a checkpoint without it, from which nothing is carried (`times_partial`).
     """
 
-    def __init__(self, exclude: Clock | None = None) -> None:
+    def __init__(self, exclude: Clock | None = None, resumed_from: str | Path | None = None) -> None:
         self.exclude = exclude or Clock()
-        self.carried = Clock()  # the seconds spent before the checkpoint this run resumed from
+        recorded = _recorded(resumed_from) if resumed_from else None
+        self.carried = recorded or Clock()  # the seconds spent before the checkpoint this run resumes from
+        # resumed from a checkpoint that kept no clock: the times count the part after the restart only
+        self.times_partial = bool(resumed_from) and recorded is None
         self._began: tuple[float, float, float, float] | None = None
-
-    def resume(self, checkpoint: str | Path) -> bool:
-        """Carry the seconds `checkpoint` recorded; False, carrying nothing, where it recorded none."""
-        path = Path(checkpoint) / CLOCK_FILE
-        try:
-            self.carried = Clock(**json.loads(path.read_text(encoding="utf-8")))
-        except (OSError, ValueError, TypeError):
-            self.carried = Clock()
-            return False
-        return True
 
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl,
                        **kwargs: Any) -> None:
@@ -62,3 +55,11 @@ class TrainingClockCallback(TrainerCallback):
         folder = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
         if folder.is_dir():
             atomic_write_text(folder / CLOCK_FILE, json.dumps(dataclasses.asdict(self.elapsed())))
+
+
+def _recorded(checkpoint: str | Path) -> Clock | None:
+    """The seconds `checkpoint` recorded, or None where it recorded none (or an unreadable file)."""
+    try:
+        return Clock(**json.loads((Path(checkpoint) / CLOCK_FILE).read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError):
+        return None

@@ -64,11 +64,11 @@ def train_shadow(directory: str | os.PathLike[str], index: int, *, overwrite: bo
     training = dataclasses.replace(settings.training, seed=settings.seed * 10_000 + index,
                                    output_dir=str(path.parent / "trainer"))
     checkpoint = _resume_point(Path(training.output_dir), fingerprint, overwrite) if training.save_steps else None
-    timer = TrainingClockCallback()  # kept in each checkpoint: a resumed shadow adds the time spent before it
-    times_partial = bool(checkpoint) and not timer.resume(checkpoint)
+    timer = TrainingClockCallback(resumed_from=checkpoint)  # kept in each checkpoint: a resume adds its time
     if checkpoint:
         warnings.warn(f"Resuming shadow {index} of {directory} from {checkpoint}" + (
-            "; it kept no training clock, so its train_seconds count this part only." if times_partial else "."),
+            "; it kept no training clock, so its train_seconds count this part only." if timer.times_partial
+            else "."),
             stacklevel=2)
     model, tokenizer = load_model(settings.model)
     with start_token_rule(settings.start_token):  # trained and scored after the plan's start token
@@ -80,7 +80,7 @@ def train_shadow(directory: str | os.PathLike[str], index: int, *, overwrite: bo
     atomic_write_text(path.parent / "shadow.json", json.dumps({
         "index": index, "plan_sha256": fingerprint, "n_training_texts": len(texts), "seed": training.seed,
         "start_token": start_token, "resumed_from": Path(checkpoint).name if checkpoint else None,
-        "times_partial": times_partial, "train_seconds": trained.seconds,
+        "times_partial": timer.times_partial, "train_seconds": trained.seconds,
         "train_cpu_seconds": trained.cpu_seconds, "score_seconds": time.perf_counter() - start}, indent=1))
     buffer = io.BytesIO()
     np.save(buffer, loss_windows(stats, settings.window))
