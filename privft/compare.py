@@ -720,8 +720,25 @@ FAMILY_STYLE = {"pretrained": ("grey", "*"), "lora": ("tab:blue", "o"), "full": 
                 "soft": ("tab:green", "^"), "dp": ("tab:purple", "D"), "goldfish": ("tab:orange", "v")}
 
 
+def utility_axis(rows: list[dict[str, Any]]) -> tuple[str, Callable[[dict[str, Any]], tuple[float, float, float]]]:
+    """The plot's utility axis: task accuracy where every row measured it (what the fine-tune is for), else
+    validation perplexity; its label and each row's (value, interval low, interval high)."""
+    if rows and all(row.get("task_accuracy") for row in rows):
+        def accuracy(row: dict[str, Any]) -> tuple[float, float, float]:
+            task = row["task_accuracy"]
+            return task["accuracy"], task["ci_low"], task["ci_high"]
+        first = rows[0]["task_accuracy"]
+        return (f"task accuracy on {first['n_total']} held-out tickets, 95 % Wilson CI (higher = more useful; "
+                "hollow: no meaningful training)", accuracy)
+
+    def validation_perplexity(row: dict[str, Any]) -> tuple[float, float, float]:
+        low, high = row.get("perplexity_ci") or (row["perplexity"], row["perplexity"])
+        return row["perplexity"], low, high
+    return "validation perplexity (lower = more useful; hollow: no meaningful training)", validation_perplexity
+
+
 def privacy_utility_png(comparison: Comparison) -> bytes:
-    """TPR at the first FPR ceiling (strongest attack) against validation perplexity: one numbered point per cell.
+    """TPR at the first FPR ceiling (strongest attack) against utility (`utility_axis`): one numbered point per cell.
 
     The numbers key the cells' names in a legend beside the axes, so many cells stay readable.
     """
@@ -731,19 +748,22 @@ def privacy_utility_png(comparison: Comparison) -> bytes:
     import matplotlib.pyplot as plt
 
     first = comparison.rows[0]["strongest"]["tpr"][0]
+    label, utility = utility_axis(comparison.rows)
     fig, ax = plt.subplots(figsize=(9, 5))
     number = 0
     for row in comparison.rows:
         tpr = row["strongest"]["tpr"][0]["tpr"]
-        if tpr is None or not math.isfinite(row["perplexity"]):
+        value, low, high = utility(row)
+        if tpr is None or not math.isfinite(value):
             continue
         number += 1
         color, marker = FAMILY_STYLE[row["family"]]
-        ax.scatter(row["perplexity"], tpr, color=color, marker=marker, s=50,
+        ax.errorbar(value, tpr, xerr=[[value - low], [high - value]], color=color, alpha=0.4, linewidth=1)
+        ax.scatter(value, tpr, color=color, marker=marker, s=50,
                    facecolors="none" if not row["learned"] else color, label=f"{number}  {row['name']}")
-        ax.annotate(str(number), (row["perplexity"], tpr), fontsize=8, xytext=(5, 3), textcoords="offset points")
+        ax.annotate(str(number), (value, tpr), fontsize=8, xytext=(5, 3), textcoords="offset points")
     ax.axhline(first["max_fpr"], color="grey", linestyle="--", label="chance (TPR = FPR ceiling)")
-    ax.set(xlabel="validation perplexity (lower = more useful; hollow: no meaningful training)",
+    ax.set(xlabel=label,
            ylabel=f"TPR @ FPR ≤ {first['max_fpr'] * 100:g} %, strongest attack ({first['n_members']} members)",
            title="Privacy–utility: each cell audited on the same split")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)

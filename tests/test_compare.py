@@ -22,9 +22,10 @@ from privft.compare import (
     _rate,
     grid_cells,
     run_compare,
+    utility_axis,
 )
 from privft.config import load_yaml, save_yaml, to_dict
-from privft.metrics import evaluate_attack
+from privft.metrics import AccuracyResult, evaluate_attack
 from privft.pipeline import CanarySettings, DataSettings, DPSettings, RunConfig, SoftSettings, check_canary_room
 from privft.training import FinetuneSettings, LoraSettings
 
@@ -301,3 +302,16 @@ def test_a_grid_cell_with_more_canary_texts_than_members_is_refused_before_any_c
                                          r"join 100 training texts, but canaries may be at most half.*data.n_members"):
         run_compare(config)
     assert not any(tmp_path.iterdir())  # refused before the pretrained row ran or compare.yaml was written
+
+
+def test_the_privacy_utility_plot_reads_task_accuracy_where_every_row_measured_it():
+    def row(perplexity: float, task: AccuracyResult | None) -> dict:
+        return {"perplexity": perplexity, "perplexity_ci": [perplexity - 1, perplexity + 1],
+                "task_accuracy": task.to_dict() if task else None}
+
+    measured = [row(20.0, AccuracyResult(0.0, 0.0, 0.02, 0, 200)),
+                row(1.1, AccuracyResult(0.975, 0.94, 0.99, 195, 200))]
+    label, utility = utility_axis(measured)
+    assert label.startswith("task accuracy on 200 held-out tickets") and utility(measured[1]) == (0.975, 0.94, 0.99)
+    label, utility = utility_axis(measured + [row(5.0, None)])  # one row without it: perplexity for every row
+    assert label.startswith("validation perplexity") and utility(measured[1]) == pytest.approx((1.1, 0.1, 2.1))
