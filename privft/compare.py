@@ -696,6 +696,42 @@ def _seconds(row: dict[str, Any], key: str) -> str:
     return f"{value:.0f}" + (" †" if times_partial(row) else "")
 
 
+MAX_PICK_ROWS = 8
+
+
+def pick_table(rows: list[dict[str, Any]], names: Sequence[str]) -> str:
+    """The README's "What to pick" table: for each named cell (at most eight, in the given order), its strongest
+    attack's AUC, TPR at the lowest FPR ceiling with counts, task accuracy, test perplexity and training cost."""
+    by_name = {row["name"]: row for row in rows}
+    missing = [name for name in names if name not in by_name]
+    if missing or not 0 < len(names) <= MAX_PICK_ROWS:
+        raise ValueError(f"pick_table takes one to {MAX_PICK_ROWS} finished cells; got {len(names)}"
+                         + (f", of which {missing} are not among the finished cells {sorted(by_name)}" if missing
+                            else "") + ". Name finished cells only, at most eight.")
+    lowest = min(range(len(rows[0]["strongest"]["tpr"])), key=lambda i: rows[0]["strongest"]["tpr"][i]["max_fpr"])
+    ceiling = rows[0]["strongest"]["tpr"][lowest]["max_fpr"]
+    lines = [f"| Configuration | Strongest attack: AUC [95 % CI] | TPR @ {ceiling * 100:g} % FPR (k/members) | "
+             "Task accuracy [95 % CI] (k/n) | Test ppl [95 % CI] | Training: CPU h (wall h) |", "|---" * 6 + "|"]
+    for name in names:
+        row = by_name[name]
+        strongest, tpr = row["strongest"], row["strongest"]["tpr"][lowest]
+        rate = ("not estimable" if tpr["tpr"] is None
+                else f"{tpr['tpr']:.3f} ({tpr['true_positives']}/{tpr['n_members']})")
+        cost = ("none" if row["family"] == "pretrained" else
+                "n/a" if row.get("train_cpu_seconds") is None else
+                f"{row['train_cpu_seconds'] / 3600:.1f} ({row['train_seconds'] / 3600:.1f})"
+                + (" †" if times_partial(row) else ""))
+        configuration = name + (f" (lr {row['tune']['learning_rate']:g}, epoch {row['tune']['epoch']})"
+                                if row.get("tune") else "")
+        lines.append(f"| {configuration} | {row['strongest_attack']} {strongest['auc']:.3f} "
+                     f"[{strongest['auc_ci'][0]:.2f}, {strongest['auc_ci'][1]:.2f}] | {rate} | {_task_accuracy(row)} | "
+                     f"{_perplexity(row, 'test_perplexity')} | {cost} |")
+    lines += ["", f"{rows[0]['split']['n_members']} members vs {rows[0]['split']['n_non_members']} non-members. "
+                  "Training: the process's CPU hours (wall hours), a tuned row's over every learning rate it tried; "
+                  "†: the part after a restart only."]
+    return "\n".join(lines) + "\n"
+
+
 def adaptive_table(rows: list[dict[str, Any]]) -> str:
     """The adaptive attackers per cell (AUC and TPR with counts on their subsample); empty when none ran."""
     measured = [row for row in rows if row.get("adaptive")]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import warnings
 from dataclasses import replace
 from pathlib import Path
@@ -21,6 +23,7 @@ from privft.compare import (
     _mean_summary,
     _rate,
     grid_cells,
+    pick_table,
     run_compare,
     utility_axis,
 )
@@ -78,6 +81,13 @@ def test_grid_runs_every_cell_audited_alike_and_resumes(config):
     assert "DP-LoRA ε=0.05 (r=4) | 0.0" in table and "/16)" in table  # ε and counts beside the rates
     assert (NO_TRAINING in table) == any(not row["learned"] for row in comparison.rows)
     assert (out / "compare.png").read_bytes()[:4] == b"\x89PNG"
+    pick = subprocess.run([sys.executable, str(Path(__file__).parent.parent / "scripts" / "what_to_pick.py"),
+                           str(out / "compare.json"), "DP-LoRA ε=8 (r=4)", PRETRAINED],  # the README's decision rows
+                          capture_output=True, text=True, check=True).stdout.splitlines()
+    assert pick[0].startswith("| Configuration |") and "TPR @ 1 % FPR" in pick[0] and len(pick) == 6
+    assert pick[2].startswith("| DP-LoRA ε=8 (r=4) |") and pick[2].count(" | ") == 5 and pick[3].endswith("| none |")
+    with pytest.raises(ValueError, match=r"\['LoRA r=5'\] are not among the finished cells"):
+        pick_table(comparison.rows, ["LoRA r=5"])
     assert json.loads((out / "compare.json").read_text())["rows"][4]["privacy"]["privacy_unit"] == \
         "one training sequence"
 
