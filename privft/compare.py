@@ -41,7 +41,7 @@ from privft.run_folder import changed_sides, recorded_hashes
 from privft.scoring import StatsCache, start_token_rule
 from privft.scoring.render import rendering_context
 from privft.training_record import times_partial
-from privft.tune import TuneSettings, check_tunable, run_tuned
+from privft.tune import TuneSettings, check_tunable, grid_table, run_tuned
 
 MIN_PERPLEXITY_GAIN = 0.01
 """A cell whose validation perplexity is not at least 1 % below the pretrained model's did not learn."""
@@ -659,6 +659,7 @@ def comparison_table(comparison: Comparison) -> str:
         lines += ["", HELD_OUT_NOTE]
     if any(row.get("tune") for row in rows):
         lines += ["", TUNED_NOTE]
+        lines += [line for row in rows if row.get("tune") for line in ("", grid_table(row["name"], row["tune"]))]
     if any(times_partial(row) for row in rows):
         lines += ["", "†: the cell resumed after a restart from a checkpoint that kept no training clock; its times, "
                       "and its × LoRA, count the part after the restart only (a resume from a checkpoint that kept "
@@ -670,11 +671,12 @@ def comparison_table(comparison: Comparison) -> str:
 
 
 TUNED_NOTE = ("Tuned rows: one run of the cell's epochs per learning rate, each epoch's checkpoint evaluated on the "
-              "validation texts; the (learning rate, epoch) of least validation loss is audited (compare.json's "
-              "`tune.grid` holds every rate × epoch loss). A tuned plain LoRA row is early stopping. Their Train s "
-              "and CPU s count every learning rate's run; their validation perplexity read the texts that chose "
-              "them, so it flatters them. DP-LoRA rows choose the learning rate at the last epoch (the noise is "
-              "calibrated to all of them), and choosing on the private data spends privacy their ε does not count.")
+              "validation texts; the (learning rate, epoch) of least validation loss is audited (the grids below, "
+              "and compare.json's `tune.grid`, hold every rate × epoch loss). A tuned plain LoRA row is early "
+              "stopping. Their Train s and CPU s count every learning rate's run; their validation perplexity read "
+              "the texts that chose them, so it flatters them. DP-LoRA rows choose the learning rate at the last "
+              "epoch (the noise is calibrated to all of them), and choosing on the private data spends privacy their "
+              "ε does not count.")
 
 
 def _tuned(row: dict[str, Any]) -> str:

@@ -139,3 +139,19 @@ def run_tuned(config: RunConfig, settings: TuneSettings, *, extra_callbacks: Seq
         "times_partial": any(times_partial(run) for run in runs),
         "uncounted_privacy": UNCOUNTED_PRIVACY if config.dp.target_epsilon is not None else None}
     return result, selection
+
+
+def grid_table(name: str, selection: dict[str, Any]) -> str:
+    """A tuned row's grid as Markdown: validation loss per learning rate (row) and epoch (column), the chosen bold."""
+    epochs = sorted({entry["epoch"] for entry in selection["grid"]})
+    losses = {(entry["learning_rate"], entry["epoch"]): entry["validation_loss"] for entry in selection["grid"]}
+    chosen = (selection["learning_rate"], selection["epoch"])
+    rule = "" if selection["epochs_tuned"] else " (the last epoch only: the noise is calibrated to all of them)"
+    lines = [f"**{name}**: validation loss by learning rate and epoch, {selection['selected_by']}, chosen in "
+             f"bold{rule}.", "", "| Learning rate | " + " | ".join(f"Epoch {epoch}" for epoch in epochs) + " |",
+             "|---" * (len(epochs) + 1) + "|"]
+    for rate in selection["learning_rates"]:
+        cells = [f"{losses[rate, epoch]:.4f}" if (rate, epoch) in losses else "n/a" for epoch in epochs]
+        cells = [f"**{cell}**" if (rate, epoch) == chosen else cell for cell, epoch in zip(cells, epochs)]
+        lines.append(f"| {rate:g} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)

@@ -63,6 +63,9 @@ def test_tuned_lora_cell_audits_the_least_validation_loss_checkpoint_and_a_rerun
     table = (Path(config.output_dir) / "compare.md").read_text()
     assert f"tuned (early stopping: lr {best['learning_rate']:g}, epoch {best['epoch']}/2" in table
     assert "Tuned rows:" in table and tune["uncounted_privacy"] is None
+    grid = table[table.index("**LoRA tuned**: validation loss by learning rate and epoch"):].splitlines()
+    assert grid[2] == "| Learning rate | Epoch 1 | Epoch 2 |" and [line.split(" |")[0] for line in grid[4:6]] == \
+        ["| 0.0001", "| 0.03"] and grid[5 if best["learning_rate"] == 3e-2 else 4].count("**") == 2
 
     assert run_compare(config).ran == []  # a finished cell is read, not rerun
     (cell / "cell.json").unlink()  # a cell killed after its runs: the rerun audits again and trains nothing
