@@ -6,9 +6,17 @@
 #     experiments/conversations.yaml's, shared through one cells_dir).
 #  2. experiments/frontier-seed1.yaml: the reading's cells again on a second split and training seed.
 #  3. The wiki scale grid's tuned plain LoRA r 16 (experiments/compare-scale.yaml).
+# Finished cells' records are committed under experiments/records/ as they land and restored from there first
+# (experiments/cell-records.sh), so a fresh checkout resumes after the last finished cell.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source experiments/cell-records.sh
 PRIVFT=${PRIVFT:-.venv/bin/privft}
+pairs=(runs/conversations/cells experiments/records/conversations
+       runs/frontier-seed1/cells experiments/records/frontier-seed1
+       runs/scale/cells experiments/records/scale)
+for ((i = 0; i < ${#pairs[@]}; i += 2)); do restore_records "${pairs[i]}" "${pairs[i+1]}"; done
+keep_records_every 300 "${pairs[@]}"
 first=experiments/frontier.yaml
 "$PRIVFT" compare "$first" --cell "LoRA r=16, tuned" --cell "DP-LoRA ε=8 (r=16), tuned" \
   --cell "SOFT paper (r=16), tuned" --cell "Goldfish k=4 (r=16), tuned"

@@ -163,3 +163,29 @@ def test_score_spread_gives_each_sides_mean_and_spread_and_the_members_shift(tmp
     assert rows[0] == "2 members vs 4 non-members."
     assert rows[4] == "| loss | -2.000 (1.000) | -3.000 (1.000) | +1.000 |"
     assert rows[5] == "| ref_ratio | 0.500 (0.000) | 0.500 (0.000) | +0.000 |"
+
+
+def test_cell_records_keep_a_finished_cells_records_without_weights_and_restore_them(tmp_path):
+    cells, records, fresh = tmp_path / "cells", tmp_path / "records", tmp_path / "fresh"
+    files = {"done/cell.json": "{}", "done/report.json": '{"auc": 0.6}', "done/prompt-side/report.json": "{}",
+             "done/model/adapter_config.json": "{}", "done/checkpoint-25/trainer_state.json": "{}",
+             "done/tune/lr-0.001/checkpoint-65/trainer_state.json": "{}", "running/report.json": "{}"}
+    for name, text in files.items():
+        (cells / name).parent.mkdir(parents=True, exist_ok=True)
+        (cells / name).write_text(text)
+
+    def run(action: str, source: Path) -> None:
+        subprocess.run([sys.executable, str(SCRIPTS / "cell_records.py"), action, str(source), str(records)],
+                       capture_output=True, text=True, check=True)
+
+    run("archive", cells)
+    kept = sorted(str(p.relative_to(records)) for p in records.rglob("*") if p.is_file())
+    assert kept == ["done/cell.json", "done/prompt-side/report.json", "done/report.json"]
+    (fresh / "done").mkdir(parents=True)
+    (fresh / "done" / "report.json").write_text('{"auc": 0.7}')  # a newer run's record is never overwritten
+    run("restore", fresh)
+    assert (fresh / "done" / "cell.json").read_text() == "{}"
+    assert (fresh / "done" / "report.json").read_text() == '{"auc": 0.7}'
+    (cells / "done" / "report.json").write_text('{"auc": 0.65}')  # archiving again brings the record up to date
+    run("archive", cells)
+    assert (records / "done" / "report.json").read_text() == '{"auc": 0.65}'
