@@ -7,6 +7,7 @@
 restore_records() { .venv/bin/python scripts/cell_records.py restore "$1" "$2"; }
 keep_records() {
   .venv/bin/python scripts/cell_records.py archive "$1" "$2" >/dev/null
+  [ -d "$2" ] || return 0  # no cell has finished yet
   git add "$2" && { git diff --cached --quiet -- "$2" || git commit -q -m "records: $3" -- "$2"; } ||
     echo "could not commit $2; commit it by hand" >&2
 }

@@ -3,8 +3,9 @@
 #  1. `privft compare`: every cell (pretrained, LoRA r 16, SOFT at privft's default, DP-LoRA ε = 8) trains
 #     completion-only and audits the completions, with canaries and extraction of replies from their prompts
 #     (finished cells are skipped; a cell cut off mid-training resumes from its last checkpoint, every 25 steps).
-#  2. The prompt side of each finished model, straight after its cell: the same split scored on the prompt tokens,
-#     which no cell trained on (were these customers' tickets in the training set?). Skipped where its report exists.
+#  2. The prompt side of each cell: the same split scored on the prompt tokens, which no cell trained on (were these
+#     customers' tickets in the training set?). The grid writes it inside each cell (grid.prompt_side), from the cell's
+#     own audit passes; the loop below audits it for cells run before that, and skips every cell that has one.
 #  3. Finished cells' records (rows, reports, splits; no weights) are committed to experiments/records/conversations
 #     as they land and restored from there first (experiments/cell-records.sh), so a fresh checkout resumes too.
 set -euo pipefail

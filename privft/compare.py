@@ -10,6 +10,7 @@ ranks or more, the rank curve (`compare-rank.png`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import json
@@ -27,6 +28,7 @@ from transformers import PreTrainedModel, TrainerCallback
 from privft.audit import run_audit
 from privft.clock import Clock
 from privft.config import config_changes, describe_changes, from_dict, save_yaml, to_dict
+from privft.data import MembershipSplit
 from privft.defend.rules import get_rule
 from privft.io import atomic_write_bytes, atomic_write_text
 from privft.metrics import (AccuracyResult, AttackMetrics, evaluate_attack, paired_auc_difference,
@@ -38,7 +40,7 @@ from privft.pipeline import (RunConfig, RunResult, check_canary_room, load_split
                              soft_paraphraser)
 from privft.report import package_versions
 from privft.run_folder import changed_sides, recorded_hashes
-from privft.scoring import StatsCache, start_token_rule
+from privft.scoring import StatsCache, start_token_rule, whole_records_cached
 from privft.scoring.render import rendering_context
 from privft.training_record import times_partial
 from privft.tune import TuneSettings, check_tunable, grid_table, run_tuned
@@ -100,6 +102,9 @@ class GridSettings:
     dp_learning_rate: float | None = None  # None: run.training.learning_rate (DP-SGD often wants more)
     cells: tuple[CellSpec, ...] = ()  # further cells, each the base run with a few settings changed
     adaptive: AdaptiveSettings = field(default_factory=AdaptiveSettings)
+    # Conversational records: also audit each cell's prompt tokens (which it did not train on) into <cell>/prompt-side/,
+    # from the forward passes of its own audit when run.audit.cache_dir is set (`whole_records_cached`).
+    prompt_side: bool = False
 
 
 @dataclass
@@ -274,6 +279,28 @@ def cell_row(cell: Cell, result: RunResult) -> dict[str, Any]:
         "times_partial": result.times_partial,
         "split": report.split, "report": str(result.output_dir / "report.json"),
     }
+
+
+PROMPT_SIDE = "prompt-side"  # a cell's prompt-side audit, beside its own report
+
+
+def audit_prompt_side(cell: Cell, result: RunResult) -> Path:
+    """Audit a finished cell's model on the prompt tokens of its split, which no cell trains on, into
+    `<cell>/prompt-side/`: the cell's attacks and settings, without extraction or task accuracy (they read replies).
+
+    Under `whole_records_cached` with the cell's own cache, its audit's passes serve this one: no forward pass.
+    """
+    out = result.output_dir
+    model_path = cell.config.model if cell.family == "pretrained" else str(out / "model")
+    if cell.family != "pretrained" and not Path(model_path).is_dir():
+        raise FileNotFoundError(f"{model_path} does not exist: the prompt side audits the cell's saved model.")
+    model, tokenizer = load_model(model_path)
+    config = dataclasses.replace(cell.config.audit, scored="prompt", extraction=None, task=None,
+                                 dataset_inference=False)
+    report = run_audit(model, tokenizer, MembershipSplit.load(out / "split.json"), config=config,
+                       model_name=model_path)
+    report.save(out / PROMPT_SIDE)
+    return out / PROMPT_SIDE
 
 
 def audit_pretrained(config: RunConfig) -> RunResult:
@@ -475,6 +502,10 @@ def run_compare(config: CompareConfig, *, finished_only: bool = False, only: Seq
     paths = [config.cells_path / cell.slug / "cell.json" for cell in cells]
     rows: list[dict[str, Any] | None] = [_finished_row(path, cell) for path, cell in zip(paths, cells)]
     _check_same_data(config, cells)
+    if config.grid.prompt_side and load_split(config.run.data).format == "text":
+        raise ValueError("grid.prompt_side audits the prompt tokens of conversational records, but this grid's data "
+                         "are plain texts, which have no prompt; set grid.prompt_side: false, or use records "
+                         "(data.format).")
     for cell in cells:
         try:
             check_canary_room(cell.config)
@@ -495,13 +526,16 @@ def run_compare(config: CompareConfig, *, finished_only: bool = False, only: Seq
         adaptive = AdaptiveAudit(cell.config, config.grid.adaptive) if config.grid.adaptive.n_members else None
         tuned = None  # a tuned cell's selection: its learning rate, epoch and grid
         # The pretrained row and its adaptive attackers read the cell's start token and record rendering too.
-        with start_token_rule(cell.config.start_token), rendering_context(record_rendering_of(cell.config)):
+        with start_token_rule(cell.config.start_token), rendering_context(record_rendering_of(cell.config)), \
+                whole_records_cached() if config.grid.prompt_side else contextlib.nullcontext():
             if cell.family == "pretrained":
                 result = audit_pretrained(cell.config)
             elif cell.tune is not None:
                 result, tuned = run_tuned(cell.config, cell.tune, extra_callbacks=[adaptive] if adaptive else [])
             else:
                 result = run_training(cell.config, extra_callbacks=[adaptive] if adaptive else [])
+            if config.grid.prompt_side:
+                audit_prompt_side(cell, result)
         seconds.append(time.perf_counter() - start)
         row = cell_row(cell, result)
         if adaptive:  # its attackers run at the end of training, inside the training clock: not training time

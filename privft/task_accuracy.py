@@ -40,17 +40,19 @@ class TaskSettings:
 
 @dataclass(frozen=True)
 class TaskAccuracy:
-    """Task accuracy on held-out tickets: the share of greedy replies that give the right fix, and which did."""
+    """Task accuracy on held-out tickets: the share of greedy replies that give the right fix, which did, and the
+    replies themselves (so a failure can be read, not only counted)."""
 
     accuracy: AccuracyResult
     on: str  # the split's side the tickets come from: "test" or "validation"
     max_new_tokens: int
     correct: list[bool]  # per scored ticket, in the side's order
+    replies: list[str]  # the greedy reply to each scored ticket, in the same order
 
     def to_dict(self) -> dict:
         """A JSON-ready dict (report.json's `task_accuracy`)."""
         return {"accuracy": self.accuracy.to_dict(), "on": self.on, "max_new_tokens": self.max_new_tokens,
-                "correct": list(self.correct)}
+                "correct": list(self.correct), "replies": list(self.replies)}
 
     def line(self) -> str:
         """The report.md line: accuracy, Wilson interval, counts and how the replies were generated."""
@@ -97,4 +99,4 @@ def measure_task_accuracy(model: PreTrainedModel, tokenizer: PreTrainedTokenizer
     fixes = [record_fix(record) for record in records]  # before generating: a record without ground truth fails now
     replies = greedy_replies(model, tokenizer, records, max_new_tokens=settings.max_new_tokens, batch_size=batch_size)
     correct = fixes_given(replies, fixes)
-    return TaskAccuracy(accuracy_with_ci(correct), on, settings.max_new_tokens, correct.tolist())
+    return TaskAccuracy(accuracy_with_ci(correct), on, settings.max_new_tokens, correct.tolist(), replies)

@@ -15,6 +15,7 @@ from datasets import Dataset
 from trl import SFTConfig, SFTTrainer
 
 import privft.models
+from privft import compare
 from privft.audit import AuditConfig, run_audit
 from privft.callbacks import prepare_soft
 from privft.chat_templates import SMOLLM2_TRAINING_CHAT_TEMPLATE, with_chat_template
@@ -28,7 +29,7 @@ from privft.dp import DPSettings
 from privft.paraphrase import obfuscate
 from privft.pipeline import DataSettings, RunConfig, SoftSettings, run_training
 from privft.paraphrase.base import Paraphraser
-from privft.scoring import ScoringError, score_texts
+from privft.scoring import ScoringError, StatsCache, forward, score_texts, whole_records_cached
 from privft.scoring.render import RecordRendering, render_records, rendering_context
 from privft.task_accuracy import TaskSettings
 from privft.training import FinetuneSettings, LoraSettings
@@ -199,6 +200,36 @@ def test_the_prompt_side_is_scored_without_reading_the_reply(chat_tokenizer, loc
     assert max(lengths) == longest_prompt  # no pass read a reply token
 
 
+def test_whole_record_entries_serve_each_side_from_one_forward_pass(chat_tokenizer, local_texts, tmp_path):
+    records = _records(local_texts, "prompt_completion", 3)
+    model = build_tiny_llama(chat_tokenizer)
+    passes = []
+    hook = model.get_decoder().register_forward_pre_hook(lambda module, args, kwargs: passes.append(1),
+                                                         with_kwargs=True)
+    direct = {}
+    for side in ("completion", "prompt"):
+        with rendering_context(RecordRendering(scored=side)):
+            direct[side] = score_texts(model, chat_tokenizer, records, distribution=True)
+    cache = StatsCache(tmp_path / "cache")
+    passes.clear()
+    with whole_records_cached():
+        for side in ("completion", "prompt"):
+            with rendering_context(RecordRendering(scored=side)):
+                shared = score_texts(model, chat_tokenizer, records, cache=cache, distribution=side == "completion")
+            if side == "completion":
+                first = len(passes)
+            for ours, theirs in zip(shared, direct[side]):
+                np.testing.assert_allclose(ours.token_logprobs, theirs.token_logprobs, rtol=1e-5, atol=1e-6)
+                assert ours.n_bytes == theirs.n_bytes
+                if side == "completion":  # the distribution pass's μ and σ are sliced too
+                    np.testing.assert_allclose(ours.mean_logprob, theirs.mean_logprob, rtol=1e-5, atol=1e-6)
+    assert first >= 1 and len(passes) == first  # the prompt side read the whole-record entries: no forward pass
+    with rendering_context(RecordRendering(scored="prompt")):  # outside the block, only a side's own entries count
+        score_texts(model, chat_tokenizer, records, cache=cache)
+    hook.remove()
+    assert len(passes) > first
+
+
 def test_bad_conversational_input_is_refused_before_training(tokenizer, chat_tokenizer, local_texts):
     records = _records(local_texts, "messages", 2)
     with pytest.raises(ScoringError, match="no chat template"):
@@ -352,6 +383,7 @@ def test_a_run_reports_test_perplexity_and_task_accuracy_on_held_out_tickets(cha
     saved = json.loads((tmp_path / "run" / "report.json").read_text())
     assert saved["split"]["n_test"] == 6 and saved["test_perplexity"]["n_texts"] == 6
     assert saved["task_accuracy"]["accuracy"]["n_total"] == 4
+    assert saved["task_accuracy"]["replies"] == task.replies and len(task.replies) == 4  # a failure can be read
     markdown = (tmp_path / "run" / "report.md").read_text()
     assert "Perplexity on test:" in markdown
     assert f"Task accuracy on 4 test tickets (the reply gives the ticket's fix, and no other): " \
@@ -359,10 +391,31 @@ def test_a_run_reports_test_perplexity_and_task_accuracy_on_held_out_tickets(cha
 
 
 def test_the_compare_table_shows_test_perplexity_and_task_accuracy_beside_the_base_models(chat_model_dir, tmp_path,
-                                                                                          one_thread):
+                                                                                          one_thread, monkeypatch):
     run = _tickets_with_a_test_side(chat_model_dir, tmp_path)
-    grid = GridSettings(full_finetune=False, lora_ranks=(), soft_rules=(), dp_epsilons=())
+    run = replace(run, audit=replace(run.audit, cache_dir=str(tmp_path / "stats")))
+    grid = GridSettings(full_finetune=False, lora_ranks=(), soft_rules=(), dp_epsilons=(), prompt_side=True)
+    passes, in_prompt_side = [], []  # the sequences each pass scored, and whether a prompt-side audit is running
+    real_pass, real_prompt_side = forward._score_sequences, compare.audit_prompt_side
+
+    def counted_pass(model, sequences, **options):
+        passes.append((bool(in_prompt_side), len(sequences)))
+        return real_pass(model, sequences, **options)
+
+    def prompt_side(cell, result):
+        in_prompt_side.append(cell.name)
+        try:
+            return real_prompt_side(cell, result)
+        finally:
+            in_prompt_side.pop()
+
+    monkeypatch.setattr(forward, "_score_sequences", counted_pass)
+    monkeypatch.setattr(compare, "audit_prompt_side", prompt_side)
     comparison = run_compare(CompareConfig(run=run, grid=grid, output_dir=str(tmp_path / "compare")))
+    for row in comparison.rows:  # each cell's prompt side, read from its own audit's passes
+        side = json.loads((Path(row["report"]).parent / "prompt-side" / "report.json").read_text())
+        assert side["split"]["unit"].startswith("untrained (prompt) tokens of ") and "loss" in side["attacks"]
+    assert sum(n for prompt, n in passes if prompt) == 0 and sum(n for prompt, n in passes if not prompt) > 0
     pretrained, lora = comparison.rows
     assert pretrained["name"] == PRETRAINED and pretrained["task_accuracy"]["n_total"] == 4  # the base model's
     assert pretrained["test_perplexity_vs_lora"]["ratio"] == pytest.approx(

@@ -10,10 +10,12 @@ materialises its full logits tensor, whatever the vocabulary.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import warnings
 from collections.abc import Callable, Iterator, Sequence
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass, replace
 from typing import NamedTuple
 
@@ -25,7 +27,7 @@ from privft.data.records import Record, check_records
 from privft.progress import progress_bar
 from privft.ranks import gather_shares, is_main_rank, rank_and_world
 from privft.scoring.cache import StatsCache, model_fingerprint, tokenizer_fingerprint
-from privft.scoring.render import record_rendering, render_records, scored_bytes
+from privft.scoring.render import RecordRendering, Rendered, record_rendering, render_records, scored_bytes
 from privft.scoring.start import start_token
 from privft.scoring.stats import ScoringError, TokenStats, single_token_warning
 
@@ -420,6 +422,8 @@ def score_texts(
     and every window of a long text starts with BOS + the prefix.
     `distribution=False` skips μ and σ (None in the result): half the vocabulary work, for
     passes whose attacks read only the loss (reference, lowercase, prefixed, neighbours).
+    Under `whole_records_cached()`, records scored with a cache are scored and cached on every
+    token, and each side is read from that entry, so a second side's audit needs no forward pass.
 
     `shard=True` shares the forward passes across the torch.distributed ranks (no-op without a
     process group): every rank must call it with the same texts, each scores its share of the
@@ -441,35 +445,78 @@ def score_texts(
     sequences = [ids[1:] for ids in sequences] if prefix_ids else sequences
     keys: list[str | None] = [None] * len(texts)
     results: list[TokenStats | None] = [None] * len(texts)
+    # Under `whole_records_cached`, what the side's own entries lack is read from (or scored into) whole-record entries.
+    whole = records and cache is not None and _WHOLE_RECORDS.get() and rendering.scored != "all"
+    wholes: dict[int, TokenStats | None] = {}
     if cache is not None:
         settings = [model_id or model_fingerprint(model), tokenizer_fingerprint(tokenizer), max_length, stride, prefix]
-        rendered_as = [asdict(rendering)] if records else []  # texts keep their old keys
 
-        def key(text: Record, with_distribution: bool) -> str:
-            keyed = [*settings, with_distribution, *rendered_as, text]
+        def key(text: Record, with_distribution: bool, as_rendered: RecordRendering = rendering) -> str:
+            keyed = [*settings, with_distribution, *([asdict(as_rendered)] if records else []), text]  # texts: old keys
             return hashlib.sha256(json.dumps(keyed, sort_keys=records).encode()).hexdigest()
+
+        def lookup(text: Record, as_rendered: RecordRendering = rendering) -> TokenStats | None:
+            found = cache.get(key(text, distribution, as_rendered))
+            if found is None and not distribution:  # a full pass's log p is this pass's, bit for bit
+                full = cache.get(key(text, True, as_rendered))
+                found = replace(full, mean_logprob=None, std_logprob=None) if full is not None else None
+            return found
 
         for i, text in enumerate(texts):
             keys[i] = key(text, distribution)
-            results[i] = cache.get(keys[i])
-            if results[i] is None and not distribution:  # a full pass's log p is this pass's, bit for bit
-                full = cache.get(key(text, True))
-                results[i] = replace(full, mean_logprob=None, std_logprob=None) if full is not None else None
-    missing = [i for i, r in enumerate(results) if r is None]
+            results[i] = lookup(text)
+        if whole:
+            every_token = replace(rendering, scored="all")
+            wholes = {i: lookup(texts[i], every_token) for i, r in enumerate(results) if r is None}
+            keys = [key(text, distribution, every_token) for text in texts]  # new entries are whole records'
+    missing = [i for i, r in enumerate(results) if r is None and wholes.get(i) is None]
     if shard and cache is not None:  # ranks may read different caches (one per node): all score what any lacks
         missing = sorted(set().union(*gather_shares(lambda: missing)))
     scored = _score_sequences(model, {i: sequences[i] for i in missing}, pad_id=_pad_id(tokenizer),
                               batch_size=batch_size, max_length=max_length, stride=stride, distribution=distribution,
                               desc=desc, first_target=first_target, pinned=pinned, shard=shard,
-                              scored={i: rendered[i].scored for i in missing} if rendered else None)
-    for i, arrays in scored.items():
-        n_bytes = scored_bytes(rendered[i], tokenizer) if rendered else len(texts[i].encode("utf-8"))
-        results[i] = TokenStats(arrays.logprob, arrays.mean, arrays.std, n_bytes)
-    _check_finite(results)  # before caching: a broken model's scores are never stored
+                              scored={i: rendered[i].scored for i in missing} if rendered and not whole else None)
+    fresh = {i: TokenStats(arrays.logprob, arrays.mean, arrays.std,
+                           _scored_length(i, texts, rendered, tokenizer, whole)) for i, arrays in scored.items()}
+    _check_finite(list(fresh.values()))  # before caching: a broken model's scores are never stored
     if cache is not None and (not shard or is_main_rank()):
-        for i in scored:
-            cache.put(keys[i], results[i])
+        for i, stats in fresh.items():
+            cache.put(keys[i], stats)
+    for i, stats in {**wholes, **fresh}.items():
+        if results[i] is None:
+            results[i] = _side_of_whole(stats, rendered[i], tokenizer) if whole else stats
     return results  # type: ignore[return-value]
+
+
+_WHOLE_RECORDS: ContextVar[bool] = ContextVar("privft_whole_records", default=False)
+
+
+@contextlib.contextmanager
+def whole_records_cached() -> Iterator[None]:
+    """Inside the block, a record scored with a cache is scored on every token once, cached so, and each side read
+    from that entry: auditing a second side of the same model (`scored="prompt"` after `"completion"`) costs no
+    forward pass, at the price of the head's work on the other side's tokens in the first."""
+    token = _WHOLE_RECORDS.set(True)
+    try:
+        yield
+    finally:
+        _WHOLE_RECORDS.reset(token)
+
+
+def _scored_length(i: int, texts: Sequence[Record], rendered: list[Rendered] | None,
+                   tokenizer: PreTrainedTokenizerBase, whole: bool) -> int:
+    """`TokenStats.n_bytes` of text `i`: its UTF-8 length, or its scored tokens' (every token's, `whole`) decoded."""
+    if rendered is None:
+        return len(texts[i].encode("utf-8"))
+    ids = rendered[i].input_ids
+    return scored_bytes(replace(rendered[i], scored=list(range(1, len(ids)))) if whole else rendered[i], tokenizer)
+
+
+def _side_of_whole(stats: TokenStats, rendered: Rendered, tokenizer: PreTrainedTokenizerBase) -> TokenStats:
+    """A side's statistics, read from its record's whole-record entry (position t is entry t − 1)."""
+    at = np.asarray(rendered.scored) - 1
+    return TokenStats(stats.token_logprobs[at], None if stats.mean_logprob is None else stats.mean_logprob[at],
+                      None if stats.std_logprob is None else stats.std_logprob[at], scored_bytes(rendered, tokenizer))
 
 
 def _check_finite(results: Sequence[TokenStats]) -> None:
