@@ -314,6 +314,13 @@ def test_a_grid_cell_with_more_canary_texts_than_members_is_refused_before_any_c
     assert not any(tmp_path.iterdir())  # refused before the pretrained row ran or compare.yaml was written
 
 
+def test_a_prompt_side_of_plain_texts_is_refused_before_any_cell_runs(config):
+    config.grid = GridSettings(full_finetune=False, lora_ranks=(), soft_rules=(), dp_epsilons=(), prompt_side=True)
+    with pytest.raises(ValueError, match=r"grid.prompt_side .* plain texts, which have no prompt"):
+        run_compare(config)
+    assert not Path(config.output_dir).exists()  # refused before the pretrained row ran or compare.yaml was written
+
+
 def test_the_privacy_utility_plot_reads_task_accuracy_where_every_row_measured_it():
     def row(perplexity: float, task: AccuracyResult | None) -> dict:
         return {"perplexity": perplexity, "perplexity_ci": [perplexity - 1, perplexity + 1],
