@@ -721,6 +721,9 @@ def _tuned(row: dict[str, Any]) -> str:
              else f"{len(tune['learning_rates'])} lr at the last epoch")
     note = (f"tuned ({kind}lr {tune['learning_rate']:g}, epoch {tune['epoch']}/{tune['of_epochs']}, "
             f"least val. loss of {among})")
+    if tune.get("retrained_validation_loss") is not None:  # its checkpoint was trained again on another machine
+        note += (f"; checkpoint retrained: val. loss {tune['retrained_validation_loss']:.4f} (chosen at "
+                 f"{tune['chosen_validation_loss']:.4f})")
     return note + (f"; ⚠ {tune['uncounted_privacy']}" if tune.get("uncounted_privacy") else "")
 
 

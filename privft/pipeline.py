@@ -365,11 +365,12 @@ def run_training(config: RunConfig, *, split: MembershipSplit | None = None,
         return _train_and_audit(config, split, extra_callbacks, resume_from)
 
 
-def train_epochs(config: RunConfig, *, resume_from: str | None = None) -> RunResult:
+def train_epochs(config: RunConfig, *, resume_from: str | None = None,
+                 extra_callbacks: Sequence[TrainerCallback] = ()) -> RunResult:
     """`run_training` without its audit: the Trainer evaluates the validation texts after every epoch and keeps each
     epoch's checkpoint, which `privft.tune` chooses from. The result has no report (None)."""
     with start_token_rule(config.start_token), rendering_context(record_rendering_of(config)):
-        return _train_and_audit(config, None, (), resume_from, audit=False)
+        return _train_and_audit(config, None, extra_callbacks, resume_from, audit=False)
 
 
 def record_rendering_of(config: RunConfig) -> RecordRendering:

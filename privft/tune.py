@@ -6,7 +6,10 @@ the Trainer evaluates the split's validation texts after every epoch and keeps t
 least validation loss is then audited as any finished run is: `run_training` resumed from that checkpoint with
 `training.epochs` set to the chosen epoch, so no step is left and its final audit, report and model card are the
 run's. Neither the audit's members and non-members nor a test text is read to choose. A finished learning rate
-(its `tune.json`) is skipped on a rerun; a killed one resumes from its last finished epoch.
+(its `tune.json`) is skipped on a rerun; a killed one resumes from its last finished epoch. Where the chosen
+checkpoint is gone but the records remain (run folders restored without weights on another machine,
+`scripts/cell_records.py`), the chosen rate is trained again as its run was, stopped at the chosen epoch, and that
+epoch's validation loss is recorded beside the one it was chosen by.
 
 DP-LoRA's noise is calibrated to all of the run's epochs, and its accountant resumes only a run of the same
 calibration, so a DP-LoRA run chooses its learning rate at its last epoch (the other epochs' losses are recorded).
@@ -100,6 +103,29 @@ def tuning_run(config: RunConfig) -> dict[str, Any]:
     return record
 
 
+class StopAfterEpoch(TrainerCallback):
+    """Stop a run at the end of epoch `epoch`, its schedule (warm-up, decay) that of the whole run."""
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+        """Ask the Trainer to stop once the epoch's checkpoint is saved."""
+        if round(state.epoch) >= self.epoch:
+            control.should_training_stop = True
+        return control
+
+
+def retrain_chosen(config: RunConfig, chosen: dict[str, Any]) -> float:
+    """Train the chosen rate's run (`rate_config`) again up to the chosen epoch, whose checkpoint is gone; returns
+    that epoch's validation loss now (the run is seeded: on the same kind of machine, the one it was chosen by)."""
+    out = Path(config.training.output_dir)
+    print(f"[privft tune] {out / chosen['checkpoint']} is gone (records restored without weights): training "
+          f"learning rate {config.training.learning_rate:g} again to epoch {chosen['epoch']}", flush=True)
+    train_epochs(config, extra_callbacks=[StopAfterEpoch(chosen["epoch"])])
+    return next(epoch["validation_loss"] for epoch in epoch_losses(out) if epoch["epoch"] == chosen["epoch"])
+
+
 def choose(runs: list[dict[str, Any]], last_epoch_only: bool) -> dict[str, Any]:
     """The (learning rate, epoch) of least validation loss, earlier rates and epochs first on a tie; NaN never wins."""
     candidates = [dict(epoch, learning_rate=run["learning_rate"]) for run in runs
@@ -125,6 +151,7 @@ def run_tuned(config: RunConfig, settings: TuneSettings, *, extra_callbacks: Seq
     audited = replace(config, training=replace(config.training, learning_rate=chosen["learning_rate"],
                                                epochs=chosen["epoch"]))
     checkpoint = Path(rate_config(config, chosen["learning_rate"]).training.output_dir) / chosen["checkpoint"]
+    retrained = None if checkpoint.is_dir() else retrain_chosen(rate_config(config, chosen["learning_rate"]), chosen)
     result = run_training(audited, resume_from=str(checkpoint), extra_callbacks=extra_callbacks)
     resumed = [run["resumed_from"] for run in runs if run["resumed_from"]]
     selection = {
@@ -137,6 +164,8 @@ def run_tuned(config: RunConfig, settings: TuneSettings, *, extra_callbacks: Seq
         "train_cpu_seconds": sum(run["train_cpu_seconds"] for run in runs),
         "resumed_from": resumed[0] if resumed else None,
         "times_partial": any(times_partial(run) for run in runs),
+        # the chosen epoch's validation loss when its checkpoint had to be trained again (not counted in the times)
+        "retrained_validation_loss": retrained, "chosen_validation_loss": chosen["validation_loss"],
         "uncounted_privacy": UNCOUNTED_PRIVACY if config.dp.target_epsilon is not None else None}
     return result, selection
 

@@ -7,6 +7,8 @@
 Records are the cell's small files (its row, report, split, training record, prompt-side report, ...): JSON,
 Markdown, YAML and PNG files outside model weights and checkpoints. Weights stay behind, so a restored cell
 can be tabled but not audited again; run any audit that needs the model (a prompt side) before archiving.
+Of a tuned cell still running, each finished learning rate's folder (`tune/lr-*/` with its tune.json) is kept:
+a fresh checkout skips those runs and trains the chosen one again to its epoch (`privft.tune`).
 A file already at the destination is left as it is (restore never overwrites a newer run's record).
 """
 
@@ -27,13 +29,19 @@ def record_files(cell: Path) -> list[Path]:
                   and not any(part.startswith(HEAVY_FOLDERS) for part in path.relative_to(cell).parts[:-1]))
 
 
+def finished_records(cell: Path) -> list[Path]:
+    """A finished cell's records, or those of a tuned cell's finished learning rates (none if neither)."""
+    if (cell / "cell.json").is_file():
+        return record_files(cell)
+    done = [run.relative_to(cell) for run in cell.glob("tune/lr-*") if (run / "tune.json").is_file()]
+    return [relative for relative in record_files(cell) if any(folder in relative.parents for folder in done)]
+
+
 def copy_cells(source: Path, destination: Path, *, finished_only: bool) -> list[Path]:
-    """Copy every cell's records from `source` to `destination` (cells with a cell.json when `finished_only`)."""
+    """Copy every cell's records from `source` to `destination` (only what has finished when `finished_only`)."""
     copied = []
     for cell in sorted(p for p in source.glob("*") if p.is_dir()):
-        if finished_only and not (cell / "cell.json").is_file():
-            continue
-        for relative in record_files(cell):
+        for relative in finished_records(cell) if finished_only else record_files(cell):
             target = destination / cell.name / relative
             if target.exists() and target.read_bytes() == (cell / relative).read_bytes():
                 continue

@@ -169,7 +169,9 @@ def test_cell_records_keep_a_finished_cells_records_without_weights_and_restore_
     cells, records, fresh = tmp_path / "cells", tmp_path / "records", tmp_path / "fresh"
     files = {"done/cell.json": "{}", "done/report.json": '{"auc": 0.6}', "done/prompt-side/report.json": "{}",
              "done/model/adapter_config.json": "{}", "done/checkpoint-25/trainer_state.json": "{}",
-             "done/tune/lr-0.001/checkpoint-65/trainer_state.json": "{}", "running/report.json": "{}"}
+             "done/tune/lr-0.001/checkpoint-65/trainer_state.json": "{}", "running/report.json": "{}",
+             "tuning/tune/lr-0.001/tune.json": "{}", "tuning/tune/lr-0.001/manifest.json": "{}",
+             "tuning/tune/lr-0.001/checkpoint-65/trainer_state.json": "{}", "tuning/tune/lr-0.003/manifest.json": "{}"}
     for name, text in files.items():
         (cells / name).parent.mkdir(parents=True, exist_ok=True)
         (cells / name).write_text(text)
@@ -180,7 +182,8 @@ def test_cell_records_keep_a_finished_cells_records_without_weights_and_restore_
 
     run("archive", cells)
     kept = sorted(str(p.relative_to(records)) for p in records.rglob("*") if p.is_file())
-    assert kept == ["done/cell.json", "done/prompt-side/report.json", "done/report.json"]
+    assert kept == ["done/cell.json", "done/prompt-side/report.json", "done/report.json",  # a finished cell,
+                    "tuning/tune/lr-0.001/manifest.json", "tuning/tune/lr-0.001/tune.json"]  # a tuned one's done rate
     (fresh / "done").mkdir(parents=True)
     (fresh / "done" / "report.json").write_text('{"auc": 0.7}')  # a newer run's record is never overwritten
     run("restore", fresh)

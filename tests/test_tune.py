@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -17,6 +20,8 @@ from privft.config import ConfigError, from_dict, load_yaml, save_yaml, to_dict
 from privft.pipeline import DataSettings, DPSettings, RunConfig, SoftSettings
 from privft.training import FinetuneSettings, LoraSettings
 from privft.tune import FINISHED, TuneSettings, choose, rate_config, tuning_run
+
+ROOT = Path(__file__).parent.parent
 
 
 @pytest.fixture()
@@ -73,6 +78,43 @@ def test_tuned_lora_cell_audits_the_least_validation_loss_checkpoint_and_a_rerun
     rerun = run_compare(config)
     assert rerun.ran == ["LoRA tuned"] and rerun.rows[-1]["tune"]["grid"] == tune["grid"]
     assert rerun.rows[-1]["strongest"]["auc"] == pytest.approx(row["strongest"]["auc"])
+
+
+def test_a_tuned_cell_restored_from_records_without_weights_trains_only_the_chosen_rate_again(config, tmp_path,
+                                                                                              monkeypatch):
+    config = with_cells(config, CellSpec("LoRA tuned", "lora", tune=TuneSettings(learning_rates=(1e-4, 3e-2))))
+    row = run_compare(config).rows[-1]
+    cells, records = Path(config.cells_path), tmp_path / "records"
+    (cells / "lora-tuned" / "cell.json").unlink()  # as if the machine went before the audit: only the rates finished
+
+    def cell_records(action: str) -> None:
+        subprocess.run([sys.executable, str(ROOT / "scripts" / "cell_records.py"), action, str(cells), str(records)],
+                       check=True, capture_output=True)
+
+    cell_records("archive")
+    shutil.rmtree(cells / "lora-tuned")  # a fresh machine: the run folders are gone
+    cell_records("restore")
+    assert not list((cells / "lora-tuned").rglob("*.safetensors"))
+    trained = []
+    real_train_epochs = privft.tune.train_epochs
+
+    def counted(cfg, **options):
+        trained.append((cfg.training.learning_rate, [c.epoch for c in options.get("extra_callbacks", ())]))
+        return real_train_epochs(cfg, **options)
+
+    monkeypatch.setattr(privft.tune, "train_epochs", counted)
+    again = run_compare(config)
+    tune = again.rows[-1]["tune"]
+    assert again.ran == ["LoRA tuned"] and trained == [(tune["learning_rate"], [tune["epoch"]])]  # only the chosen
+    assert tune["grid"] == row["tune"]["grid"] and tune["train_seconds"] == row["tune"]["train_seconds"]
+    assert tune["retrained_validation_loss"] == pytest.approx(tune["chosen_validation_loss"], rel=1e-5)  # seeded
+    assert again.rows[-1]["strongest"]["auc"] == pytest.approx(row["strongest"]["auc"])
+    assert "checkpoint retrained: val. loss" in (Path(config.output_dir) / "compare.md").read_text()
+    slow = rate_config(grid_cells(config)[-1].config, 1e-4)  # an earlier epoch: the run stops there, on its schedule
+    first = next(g for g in row["tune"]["grid"] if (g["learning_rate"], g["epoch"]) == (1e-4, 1))
+    loss = privft.tune.retrain_chosen(slow, {"epoch": 1, "checkpoint": "checkpoint-4"})
+    assert loss == pytest.approx(first["validation_loss"], rel=1e-5)
+    assert sorted(p.name for p in Path(slow.training.output_dir).glob("checkpoint-*")) == ["checkpoint-4"]
 
 
 @pytest.mark.parametrize("method", ["lora", "soft", "full", "goldfish"])
