@@ -64,7 +64,8 @@ def main() -> None:
         copied = copy_cells(args.cells, args.records, finished_only=True)
     else:
         copied = copy_cells(args.records, args.cells, finished_only=False) if args.records.is_dir() else []
-    print(f"{args.action}: {len(copied)} file(s) copied into {args.records if args.action == 'archive' else args.cells}")
+    into = args.records if args.action == "archive" else args.cells
+    print(f"{args.action}: {len(copied)} file(s) copied into {into}")
 
 
 if __name__ == "__main__":
