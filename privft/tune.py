@@ -150,8 +150,9 @@ def run_tuned(config: RunConfig, settings: TuneSettings, *, extra_callbacks: Seq
     chosen = choose(runs, last_epoch_only=not per_epoch)
     audited = replace(config, training=replace(config.training, learning_rate=chosen["learning_rate"],
                                                epochs=chosen["epoch"]))
-    checkpoint = Path(rate_config(config, chosen["learning_rate"]).training.output_dir) / chosen["checkpoint"]
-    retrained = None if checkpoint.is_dir() else retrain_chosen(rate_config(config, chosen["learning_rate"]), chosen)
+    chosen_run = rate_config(config, chosen["learning_rate"])
+    checkpoint = Path(chosen_run.training.output_dir) / chosen["checkpoint"]
+    retrained = None if checkpoint.is_dir() else retrain_chosen(chosen_run, chosen)
     result = run_training(audited, resume_from=str(checkpoint), extra_callbacks=extra_callbacks)
     resumed = [run["resumed_from"] for run in runs if run["resumed_from"]]
     selection = {

@@ -15,6 +15,7 @@ A file already at the destination is left as it is (restore never overwrites a n
 from __future__ import annotations
 
 import argparse
+import filecmp
 import shutil
 from pathlib import Path
 
@@ -43,10 +44,9 @@ def copy_cells(source: Path, destination: Path, *, finished_only: bool) -> list[
     for cell in sorted(p for p in source.glob("*") if p.is_dir()):
         for relative in finished_records(cell) if finished_only else record_files(cell):
             target = destination / cell.name / relative
-            if target.exists() and target.read_bytes() == (cell / relative).read_bytes():
+            # restoring, a record already in the run folder stays as it is; archiving, only a changed one is copied
+            if target.exists() and (not finished_only or filecmp.cmp(target, cell / relative, shallow=False)):
                 continue
-            if target.exists() and not finished_only:
-                continue  # restoring: a record already in the run folder stays as it is
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(cell / relative, target)
             copied.append(target)

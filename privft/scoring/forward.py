@@ -443,10 +443,10 @@ def score_texts(
     # A prefix is pinned, with BOS, at the start of every window, so long texts read it throughout.
     pinned, first_target = ([start_token(tokenizer), *prefix_ids], 0) if prefix_ids else ([], 1)
     sequences = [ids[1:] for ids in sequences] if prefix_ids else sequences
-    keys: list[str | None] = [None] * len(texts)
     results: list[TokenStats | None] = [None] * len(texts)
     # Under `whole_records_cached`, what the side's own entries lack is read from (or scored into) whole-record entries.
     whole = records and cache is not None and _WHOLE_RECORDS.get() and rendering.scored != "all"
+    stored_as = replace(rendering, scored="all") if whole else rendering  # the rendering this call's new entries hold
     wholes: dict[int, TokenStats | None] = {}
     if cache is not None:
         settings = [model_id or model_fingerprint(model), tokenizer_fingerprint(tokenizer), max_length, stride, prefix]
@@ -462,13 +462,9 @@ def score_texts(
                 found = replace(full, mean_logprob=None, std_logprob=None) if full is not None else None
             return found
 
-        for i, text in enumerate(texts):
-            keys[i] = key(text, distribution)
-            results[i] = lookup(text)
+        results = [lookup(text) for text in texts]
         if whole:
-            every_token = replace(rendering, scored="all")
-            wholes = {i: lookup(texts[i], every_token) for i, r in enumerate(results) if r is None}
-            keys = [key(text, distribution, every_token) for text in texts]  # new entries are whole records'
+            wholes = {i: lookup(texts[i], stored_as) for i, r in enumerate(results) if r is None}
     missing = [i for i, r in enumerate(results) if r is None and wholes.get(i) is None]
     if shard and cache is not None:  # ranks may read different caches (one per node): all score what any lacks
         missing = sorted(set().union(*gather_shares(lambda: missing)))
@@ -481,7 +477,7 @@ def score_texts(
     _check_finite(list(fresh.values()))  # before caching: a broken model's scores are never stored
     if cache is not None and (not shard or is_main_rank()):
         for i, stats in fresh.items():
-            cache.put(keys[i], stats)
+            cache.put(key(texts[i], distribution, stored_as), stats)
     for i, stats in {**wholes, **fresh}.items():
         if results[i] is None:
             results[i] = _side_of_whole(stats, rendered[i], tokenizer) if whole else stats
