@@ -154,10 +154,15 @@ class SoftSettings:
             raise ValueError(f"soft.failed_rewrites={self.failed_rewrites!r} is not one of {FAILED_REWRITES}.")
         if not 0 <= self.prefix_keep_ratio < 1:
             raise ValueError(f"soft.prefix_keep_ratio={self.prefix_keep_ratio} must be in [0, 1).")
-        finding = finding_for(self.rule, self.mode, self.paraphraser, self.paraphraser_options, self.prefix_keep_ratio)
+        self.warn_measured("text", stacklevel=3)
+
+    def warn_measured(self, records: str, stacklevel: int = 2) -> None:
+        """Warn if privft measured this configuration on `records` ("text" or "conversations") as a poor choice."""
+        finding = finding_for(self.rule, self.mode, self.paraphraser, self.paraphraser_options, self.prefix_keep_ratio,
+                              records)
         if finding is not None:
-            warnings.warn(f"soft: this SOFT configuration was measured: it {finding.verdict}; see {finding.source}.",
-                          stacklevel=2)
+            warnings.warn(f"soft: this SOFT configuration was measured on {records}: it {finding.verdict}; see "
+                          f"{finding.source}.", stacklevel=stacklevel)
 
     def schedule(self) -> SoftSchedule:
         """The selection schedule these settings give (SOFT must be on: `rule` set)."""
@@ -310,9 +315,11 @@ def soft_paraphraser(config: RunConfig, **overrides: Any) -> Paraphraser:
     return build_paraphraser(soft.paraphraser, **options, **{**soft.paraphraser_options, **overrides})
 
 
-def _obfuscations(config: RunConfig, texts: list[str], out: Path) -> list[ObfuscationResult]:
+def _obfuscations(config: RunConfig, texts: list[Record], out: Path) -> list[ObfuscationResult]:
     """Local paraphrases of the training texts, cached by content hash under the user's cache."""
     soft = config.soft
+    if texts and not isinstance(texts[0], str):
+        soft.warn_measured("conversations")
     paraphraser = soft_paraphraser(config)
     results = obfuscate(texts, paraphraser, prefix_keep_ratio=soft.prefix_keep_ratio, mode=soft.mode,
                         cache=ParaphraseCache(cache_dir() / "paraphrases"), seed=config.data.seed,

@@ -477,3 +477,5 @@ def test_a_configuration_measured_as_ineffective_warns_where_it_is_configured():
         SoftSettings(rule="release", paraphraser_options={"fraction": 0.5})  # measured: protects at a cost; no warning
         SoftSettings()  # SOFT off
         SoftSettings(rule="paper")  # the defaults: tied for the most protection per unit of perplexity in the study
+    with pytest.warns(UserWarning, match=r"measured on conversations: .*task accuracy on held-out tickets 0/200"):
+        SoftSettings(rule="paper").warn_measured("conversations")  # the defaults on completion-only records

@@ -1,8 +1,10 @@
 """What privft's own measurements found for SOFT configurations, so a user is told where they add one.
 
-Each finding cites a committed result (its page and the command that reproduces it); a
-configuration measured as ineffective, or as costing more utility than fine-tuning gains,
-logs a warning when a config selects it (`privft.pipeline.SoftSettings`).
+Each finding cites a committed result (its page and the command that reproduces it) and the
+records it was measured on: plain texts, or conversations trained on their completions. A
+configuration measured as ineffective, or as costing more utility than fine-tuning gains, logs a
+warning when a config selects it (`privft.pipeline.SoftSettings`, for texts) or when a run
+obfuscates conversational records with it (`privft.pipeline`, for conversations).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ class Finding:
     prefix_keep_ratio: float
     verdict: str
     source: str
+    records: str = "text"  # what it was measured on: "text", or "conversations" (completion-only records)
 
 
 FINDINGS = (
@@ -54,17 +57,25 @@ FINDINGS = (
             "protects only by not learning: strongest-attack AUC 0.527 and TPR at FPR ≤ 0.1 % 0/500, at validation "
             "perplexity 73.52 against 23.41 before fine-tuning (500 members vs 2,000 non-members)",
             "docs/results/soft-study.md (privft compare experiments/soft-study.yaml)"),
+    Finding("paper", "rewrite-only", "neighbour", 1.0, 0.5,
+            "protects, but the fine-tune no longer does its task: strongest-attack AUC 0.638 → 0.529 and TPR at "
+            "FPR ≤ 0.1 % 3/500 → 0/500 against plain LoRA r=16 (completion tokens, 500 members vs 2,000 "
+            "non-members), but task accuracy on held-out tickets 0/200 against 195/200 for plain LoRA and 0/200 "
+            "before fine-tuning: replies are trained on their word-swapped second half alone",
+            "docs/results/conversations.md (bash experiments/run-conversations.sh)", records="conversations"),
 )
 
 NEIGHBOUR_DEFAULT_FRACTION = 0.15  # NeighbourParaphraser's own default
 
 
-def finding_for(rule: str | None, mode: str, paraphraser: str, options: dict, prefix_keep_ratio: float
-                ) -> Finding | None:
-    """The measured finding for this SOFT configuration, if privft has one."""
+def finding_for(rule: str | None, mode: str, paraphraser: str, options: dict, prefix_keep_ratio: float,
+                records: str = "text") -> Finding | None:
+    """The measured finding for this SOFT configuration on these `records` ("text" or "conversations"), if any."""
     fraction = options.get("fraction", NEIGHBOUR_DEFAULT_FRACTION)
     for finding in FINDINGS:
-        if (finding.rule, finding.mode, finding.paraphraser) == (rule, mode, paraphraser) and \
-                abs(finding.fraction - fraction) < 1e-9 and abs(finding.prefix_keep_ratio - prefix_keep_ratio) < 1e-9:
+        same_choices = (finding.rule, finding.mode, finding.paraphraser, finding.records) == (
+            rule, mode, paraphraser, records)
+        if same_choices and abs(finding.fraction - fraction) < 1e-9 and \
+                abs(finding.prefix_keep_ratio - prefix_keep_ratio) < 1e-9:
             return finding
     return None
