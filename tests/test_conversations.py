@@ -430,3 +430,26 @@ def test_the_compare_table_shows_test_perplexity_and_task_accuracy_beside_the_ba
     for row in comparison.rows:
         accuracy = row["task_accuracy"]
         assert f"({accuracy['n_correct']}/4)" in table.split(row["name"] + " |")[1].split("\n")[0]
+
+
+def test_a_tuned_goldfish_cell_on_records_chooses_by_validation_and_reports_the_task(chat_model_dir, tmp_path,
+                                                                                      one_thread):
+    """The frontier's path (issue 31): a tuned cell on prompt–completion records, Goldfish on the completion mask."""
+    from privft.compare import CellSpec
+    from privft.tune import TuneSettings
+
+    run = _tickets_with_a_test_side(chat_model_dir, tmp_path)
+    cell = CellSpec("Goldfish k=4, tuned", family="goldfish", set={"goldfish.k": 4, "goldfish.h": 13},
+                    tune=TuneSettings(learning_rates=(1e-3, 1e-2)))
+    grid = GridSettings(full_finetune=False, lora_ranks=(), soft_rules=(), dp_epsilons=(), cells=(cell,))
+    row = run_compare(CompareConfig(run=run, grid=grid, output_dir=str(tmp_path / "compare"))).rows[-1]
+    tune = row["tune"]
+    assert [(g["learning_rate"], g["epoch"]) for g in tune["grid"]] == [(1e-3, 1), (1e-3, 2), (1e-2, 1), (1e-2, 2)]
+    assert all(np.isfinite(g["validation_loss"]) for g in tune["grid"])
+    best = min(tune["grid"], key=lambda g: g["validation_loss"])
+    assert (tune["learning_rate"], tune["epoch"]) == (best["learning_rate"], best["epoch"])
+    report = json.loads(Path(row["report"]).read_text())
+    assert report["split"]["unit"] == "completion tokens of 24 prompt–completion records"
+    assert report["training"]["goldfish"] == {"k": 4, "h": 13} and report["training"]["epochs"] == best["epoch"]
+    assert report["task_accuracy"]["on"] == "test" and report["task_accuracy"]["accuracy"]["n_total"] == 4
+    assert row["task_accuracy"]["n_total"] == 4 and row["test_perplexity"] > 0

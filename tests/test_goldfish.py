@@ -93,6 +93,19 @@ def test_sft_trainer_batches_keep_the_completion_mask_and_drop_the_hashed_tokens
     assert add_goldfish(trainer, GoldfishSettings(k=5)).data_collator.collator is trainer.data_collator.collator
 
 
+def test_evaluation_measures_every_trained_token(tiny_model, tokenizer, local_texts, tmp_path):
+    dataset = tokenize_for_training(tokenizer, [t[:160] for t in local_texts[:8]], None)
+    trainer = build_trainer(tiny_model, tokenizer, dataset, FinetuneSettings(
+        batch_size=4, output_dir=str(tmp_path), lora=LoraSettings(rank=2, targets=("q_proj",))),
+        eval_dataset=dataset)
+    plain = trainer.evaluate()["eval_loss"]
+    trainer = add_goldfish(trainer, GoldfishSettings(k=2, h=1))  # half the tokens dropped from training batches
+    assert trainer.evaluate()["eval_loss"] == pytest.approx(plain)  # the validation loss a tuned run reads
+    train_batch = next(iter(trainer.get_train_dataloader()))
+    assert (train_batch["labels"] == -100).sum() > (train_batch["attention_mask"] == 0).sum()
+    assert isinstance(trainer.data_collator, goldfish.GoldfishCollator)  # the swap for evaluation is undone
+
+
 def test_dp_lora_batches_are_goldfish_masked_too(tiny_model, tokenizer, local_texts, tmp_path):
     settings = GoldfishSettings(k=3, h=2)
     dataset = tokenize_for_training(tokenizer, [t[:160] for t in local_texts[:24]], None)
