@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # docs/results/frontier.md's cells (issue 31), one heavy job at a time; a rerun resumes (finished learning rates and
-# cells are skipped, a killed run resumes from its last checkpoint). The cells the reading rests on run first; the
-# order changes no number.
-#  1. experiments/frontier.yaml: every method tuned on the conversations split (its untuned cells are
-#     experiments/conversations.yaml's, shared through one cells_dir).
-#  2. experiments/frontier-seed1.yaml: the reading's cells again on a second split and training seed.
-#  3. The wiki scale grid's tuned plain LoRA r 16 (experiments/compare-scale.yaml).
+# cells are skipped, a killed run resumes from its last checkpoint). The cells the reading rests on run first, at
+# both seeds; the order changes no number.
+#  1. experiments/frontier.yaml's reading cells: tuned plain LoRA r 16, DP-LoRA ε = 8, SOFT default and Goldfish, on
+#     the conversations split (its untuned cells are experiments/conversations.yaml's, shared through one cells_dir).
+#  2. experiments/frontier-seed1.yaml: the same cells on a second split and training seed.
+#  3. The rest of experiments/frontier.yaml: LoRA r 4, full fine-tuning, SOFT release with LLM rewrites, DP ε = 1.
+#  4. The wiki scale grid's tuned plain LoRA r 16 (experiments/compare-scale.yaml).
 # Finished cells' records are committed under experiments/records/ as they land and restored from there first
 # (experiments/cell-records.sh), so a fresh checkout resumes after the last finished cell.
 set -euo pipefail
@@ -20,6 +21,6 @@ keep_records_every 300 "${pairs[@]}"
 first=experiments/frontier.yaml
 "$PRIVFT" compare "$first" --cell "LoRA r=16, tuned" --cell "DP-LoRA ε=8 (r=16), tuned" \
   --cell "SOFT paper (r=16), tuned" --cell "Goldfish k=4 (r=16), tuned"
-"$PRIVFT" compare "$first"
 "$PRIVFT" compare experiments/frontier-seed1.yaml
+"$PRIVFT" compare "$first"
 "$PRIVFT" compare experiments/compare-scale.yaml --cell "LoRA r=16, tuned"
