@@ -60,8 +60,8 @@ FINDINGS = (
     Finding("paper", "rewrite-only", "neighbour", 1.0, 0.5,
             "protects, but the fine-tune no longer does its task: strongest-attack AUC 0.638 → 0.529 and TPR at "
             "FPR ≤ 0.1 % 3/500 → 0/500 against plain LoRA r=16 (completion tokens, 500 members vs 2,000 "
-            "non-members), but task accuracy on held-out tickets 0/200 against 195/200 for plain LoRA and 0/200 "
-            "before fine-tuning: replies are trained on their word-swapped second half alone",
+            "non-members); task accuracy on held-out tickets 0/200 against 195/200 for plain LoRA and 0/200 "
+            "before fine-tuning, since replies are trained on their word-swapped second half alone",
             "docs/results/conversations.md (bash experiments/run-conversations.sh)", records="conversations"),
 )
 
