@@ -19,7 +19,7 @@ from privft import compare
 from privft.audit import AuditConfig, run_audit
 from privft.callbacks import prepare_soft
 from privft.chat_templates import SMOLLM2_TRAINING_CHAT_TEMPLATE, with_chat_template
-from privft.compare import PRETRAINED, CompareConfig, GridSettings, run_compare
+from privft.compare import PRETRAINED, CellSpec, CompareConfig, GridSettings, run_compare
 from privft.data import DataError, MembershipSplit, load_corpus
 from privft.data.loaders import load_records
 from privft.defend.schedule import SoftSchedule
@@ -33,6 +33,7 @@ from privft.scoring import ScoringError, StatsCache, forward, score_texts, whole
 from privft.scoring.render import RecordRendering, render_records, rendering_context
 from privft.task_accuracy import TaskSettings
 from privft.training import FinetuneSettings, LoraSettings
+from privft.tune import TuneSettings
 
 
 ROOT = Path(__file__).parent.parent
@@ -435,9 +436,6 @@ def test_the_compare_table_shows_test_perplexity_and_task_accuracy_beside_the_ba
 def test_a_tuned_goldfish_cell_on_records_chooses_by_validation_and_reports_the_task(chat_model_dir, tmp_path,
                                                                                       one_thread):
     """The frontier's path (issue 31): a tuned cell on prompt–completion records, Goldfish on the completion mask."""
-    from privft.compare import CellSpec
-    from privft.tune import TuneSettings
-
     run = _tickets_with_a_test_side(chat_model_dir, tmp_path)
     cell = CellSpec("Goldfish k=4, tuned", family="goldfish", set={"goldfish.k": 4, "goldfish.h": 13},
                     tune=TuneSettings(learning_rates=(1e-3, 1e-2)))
