@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import runpy
 import warnings
+from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
 
@@ -355,10 +356,9 @@ def test_privft_train_runs_on_a_file_of_records(chat_model_dir, tmp_path, defenc
         chat_model_dir, tmp_path, audit=AuditConfig(n_bootstrap=20),
         soft=SoftSettings(rule="paper") if defence == "soft" else SoftSettings(),  # privft's default SOFT
         dp=DPSettings(target_epsilon=8.0) if defence == "dp" else DPSettings())
-    if defence == "soft":  # the defaults were measured on conversations: the run says so as it obfuscates
-        with pytest.warns(UserWarning, match=r"measured on conversations: it protects, but the fine-tune no longer"):
-            result = run_training(config)
-    else:
+    # the SOFT defaults were measured on conversations: the run says so as it obfuscates
+    measured = pytest.warns(UserWarning, match=r"measured on conversations: it protects, but the fine-tune no longer")
+    with measured if defence == "soft" else nullcontext():
         result = run_training(config)
     assert result.report.split["unit"] == "completion tokens of 24 prompt–completion records"
     assert MembershipSplit.load(tmp_path / "run" / "split.json").format == "prompt_completion"

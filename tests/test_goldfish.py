@@ -101,6 +101,7 @@ def test_evaluation_measures_every_trained_token(tiny_model, tokenizer, local_te
     plain = trainer.evaluate()["eval_loss"]
     trainer = add_goldfish(trainer, GoldfishSettings(k=2, h=1))  # half the tokens dropped from training batches
     assert trainer.evaluate()["eval_loss"] == pytest.approx(plain)  # the validation loss a tuned run reads
+    assert trainer.predict(dataset).metrics["test_loss"] == pytest.approx(plain)
     train_batch = next(iter(trainer.get_train_dataloader()))
     assert (train_batch["labels"] == -100).sum() > (train_batch["attention_mask"] == 0).sum()
     assert isinstance(trainer.data_collator, goldfish.GoldfishCollator)  # the swap for evaluation is undone

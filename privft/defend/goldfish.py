@@ -104,22 +104,23 @@ def add_goldfish(trainer: Trainer, settings: GoldfishSettings) -> Trainer:
     Wraps the trainer's own collator, so its padding and completion-only or assistant-only masks
     come first. Composes with `privft.dp.make_private` (either order): a sequence's mask is a
     function of its own ids alone, so its loss, and the clipped gradient DP-SGD noises, still
-    depends on that sequence only, and the accountant's ε holds unchanged. Evaluation batches keep
-    every trained token: Goldfish changes what the model learns from, not what its loss is measured
+    depends on that sequence only, and the accountant's ε holds unchanged. Evaluation and prediction
+    batches keep every trained token: Goldfish changes what the model learns from, not what its loss is measured
     on, so `trainer.evaluate()` (and the validation loss a tuned run chooses by) stays comparable.
     """
     collator = trainer.data_collator
     unmasked = collator.collator if isinstance(collator, GoldfishCollator) else collator
     trainer.data_collator = GoldfishCollator(unmasked, settings)  # once: a second call replaces the settings
-    trainer.get_eval_dataloader = partial(_eval_dataloader_with, trainer, unmasked)
+    for method in ("get_eval_dataloader", "get_test_dataloader"):  # evaluate() and predict() keep every token
+        setattr(trainer, method, partial(_dataloader_with, trainer, unmasked, method))
     return trainer
 
 
-def _eval_dataloader_with(trainer: Trainer, collator: Callable[[list[Any]], dict[str, Any]],
-                          eval_dataset: Any = None) -> Any:
-    """`trainer`'s own evaluation dataloader, built with `collator` in place of its training collator."""
+def _dataloader_with(trainer: Trainer, collator: Callable[[list[Any]], dict[str, Any]], method: str,
+                     *args: Any) -> Any:
+    """`trainer`'s own dataloader from `method`, built with `collator` in place of its training collator."""
     training_collator, trainer.data_collator = trainer.data_collator, collator
     try:
-        return type(trainer).get_eval_dataloader(trainer, eval_dataset)
+        return getattr(type(trainer), method)(trainer, *args)
     finally:
         trainer.data_collator = training_collator
