@@ -50,7 +50,7 @@ MIN_PERPLEXITY_GAIN = 0.01
 
 NO_TRAINING = "no meaningful training"
 HELD_OUT_NOTE = ("Test ppl: corpus perplexity on the split's test texts, which neither training, nor the audit, nor "
-                 "SOFT's threshold, nor tuning read; test ppl ÷ LoRA's pairs it with plain LoRA's as above. Task "
+                 "SOFT's threshold, nor tuning read; test ppl ÷ {label}'s pairs it with the baseline's as above. Task "
                  "accuracy: the share of held-out tickets (the test side, else validation) whose greedy reply gives "
                  "the ticket's fix and no other, with a Wilson 95 % interval and counts; the pretrained row is the "
                  "base model's.")
@@ -105,6 +105,10 @@ class GridSettings:
     # Conversational records: also audit each cell's prompt tokens (which it did not train on) into <cell>/prompt-side/,
     # from the forward passes of its own audit when run.audit.cache_dir is set (`whole_records_cached`).
     prompt_side: bool = False
+    # The cell every other is measured against (paired ΔAUC and perplexity ratios, gain kept, × cost), by name, e.g.
+    # "LoRA r=16, tuned": the undefended model at its best. None: plain LoRA at the base rank. Until it has finished,
+    # the table measures against plain LoRA and says so.
+    baseline: str | None = None
 
 
 @dataclass
@@ -326,6 +330,18 @@ class Comparison:
     ran: list[str]
     output_dir: Path
     pending: list[str] = field(default_factory=list)  # cells not yet run, when the table is partial
+    requested_baseline: str | None = None  # grid.baseline: the cell the others are measured against
+
+    @property
+    def baseline(self) -> dict[str, Any]:
+        """The row the others are measured against: the requested baseline once finished, else plain LoRA."""
+        named = [row for row in self.rows if row["name"] == self.requested_baseline]
+        return named[0] if named else next(row for row in self.rows if row["family"] == "lora")
+
+    @property
+    def baseline_label(self) -> str:
+        """The baseline as the table's headers name it: "LoRA" for plain LoRA at the base rank, else its cell name."""
+        return "LoRA" if self.baseline["name"] != self.requested_baseline else self.baseline["name"]
 
     @property
     def pretrained_perplexity(self) -> float:
@@ -334,7 +350,7 @@ class Comparison:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: rows, reference perplexity, the no-training criterion and versions."""
-        return {"pretrained_perplexity": self.pretrained_perplexity,
+        return {"pretrained_perplexity": self.pretrained_perplexity, "baseline": self.baseline["name"],
                 "no_meaningful_training": f"validation perplexity not at least {MIN_PERPLEXITY_GAIN:.0%} below the "
                                           "pretrained model's", "rows": self.rows, "versions": package_versions()}
 
@@ -374,10 +390,10 @@ class AdaptiveAudit(TrainerCallback):
                 for name, values in scores.items()}
 
 
-def _finish_rows(rows: list[dict[str, Any]], reference_perplexity: float) -> None:
-    """Add the overhead against plain LoRA at the base rank (the first LoRA row), the no-training flag, and the
-    share of plain LoRA's perplexity gain each cell keeps, (ppl_pretrained − ppl_cell) / (ppl_pretrained − ppl_LoRA)."""
-    lora = next(row for row in rows if row["family"] == "lora")
+def _finish_rows(rows: list[dict[str, Any]], reference_perplexity: float, lora: dict[str, Any]) -> None:
+    """Add, against the baseline row `lora` (`Comparison.baseline`), the overhead, the paired AUC and perplexity
+    comparisons and the share of its perplexity gain each cell keeps,
+    (ppl_pretrained − ppl_cell) / (ppl_pretrained − ppl_baseline); and the no-training flag."""
     baseline, gain = lora["train_seconds"], reference_perplexity - lora["perplexity"]
     for row in rows:
         trained = row["family"] != "pretrained"
@@ -511,6 +527,10 @@ def run_compare(config: CompareConfig, *, finished_only: bool = False, only: Seq
             check_canary_room(cell.config)
         except ValueError as error:
             raise ValueError(f"grid cell {cell.name!r}: {error}") from None
+    names = [cell.name for cell in cells]
+    if config.grid.baseline is not None and config.grid.baseline not in names:
+        raise ValueError(f"grid.baseline names {config.grid.baseline!r}, which is not a cell of this grid; its cells "
+                         f"are: {', '.join(map(repr, names))}.")
     chosen = [] if finished_only else cells_to_run(cells, only)
     todo = [cell for cell, row in zip(cells, rows) if row is None and cell in chosen]
     if finished_only and not all(rows[:2]):
@@ -550,14 +570,15 @@ def run_compare(config: CompareConfig, *, finished_only: bool = False, only: Seq
         todo.remove(cell)
         ran.append(cell.name)
         if index >= 1 and todo:  # the table needs the pretrained and the plain-LoRA rows; commit as cells land
-            _write_outputs(_comparison(cells, rows, ran, out))
-    return _write_outputs(_comparison(cells, rows, ran, out))
+            _write_outputs(_comparison(cells, rows, ran, config))
+    return _write_outputs(_comparison(cells, rows, ran, config))
 
 
-def _comparison(cells: list[Cell], rows: list[dict[str, Any] | None], ran: list[str], out: Path) -> Comparison:
+def _comparison(cells: list[Cell], rows: list[dict[str, Any] | None], ran: list[str], config: CompareConfig
+                ) -> Comparison:
     """The finished rows, in grid order, naming the cells still pending."""
-    return Comparison([row for row in rows if row is not None], list(ran), out,
-                      [cell.name for cell, row in zip(cells, rows) if row is None])
+    return Comparison([row for row in rows if row is not None], list(ran), Path(config.output_dir),
+                      [cell.name for cell, row in zip(cells, rows) if row is None], config.grid.baseline)
 
 
 def _write_outputs(comparison: Comparison) -> Comparison:
@@ -568,7 +589,7 @@ def _write_outputs(comparison: Comparison) -> Comparison:
     if others:
         raise ValueError(f"Cell(s) {', '.join(map(repr, others))} were audited on another split than "
                          f"{first['name']!r} ({first['split']}); every cell must share run.data.")
-    _finish_rows(comparison.rows, comparison.pretrained_perplexity)
+    _finish_rows(comparison.rows, comparison.pretrained_perplexity, comparison.baseline)
     atomic_write_text(out / "compare.json", json.dumps(comparison.to_dict(), indent=1))
     atomic_write_text(out / "compare.md", comparison_table(comparison))
     atomic_write_bytes(out / "compare.png", privacy_utility_png(comparison))
@@ -588,7 +609,7 @@ def _rate(tpr: dict[str, Any], mean: bool = False) -> str:
 
 
 def _delta(vs: dict[str, Any] | None) -> str:
-    """A paired AUC difference against plain LoRA, marked when its interval excludes 0."""
+    """A paired AUC difference against the baseline, marked when its interval excludes 0."""
     if vs is None:
         return "n/a"
     mark = " ✱" if vs["significant"] else ""
@@ -608,19 +629,20 @@ def _task_accuracy(row: dict[str, Any]) -> str:
     return AccuracyResult(**row["task_accuracy"]).format() if row.get("task_accuracy") else "n/a"
 
 
-def _held_out_columns(rows: list[dict[str, Any]]) -> dict[str, Callable[[dict[str, Any]], str]]:
-    """The test-side utility columns the rows measured, by header: none for a grid without a test side or task."""
+def _held_out_columns(rows: list[dict[str, Any]], label: str) -> dict[str, Callable[[dict[str, Any]], str]]:
+    """The test-side utility columns the rows measured, by header (`label` names the baseline): none for a grid
+    without a test side or task."""
     columns: dict[str, Callable[[dict[str, Any]], str]] = {}
     if any(row.get("test_perplexity") is not None for row in rows):
         columns["Test ppl [95 % CI]"] = lambda row: _perplexity(row, "test_perplexity")
-        columns["test ppl ÷ LoRA's [paired 95 % CI]"] = lambda row: _ratio(row.get("test_perplexity_vs_lora"))
+        columns[f"test ppl ÷ {label}'s [paired 95 % CI]"] = lambda row: _ratio(row.get("test_perplexity_vs_lora"))
     if any(row.get("task_accuracy") for row in rows):
         columns["Task accuracy [95 % CI] (k/n)"] = _task_accuracy
     return columns
 
 
 def _ratio(vs: dict[str, Any] | None) -> str:
-    """A paired perplexity ratio against plain LoRA, marked when its interval excludes 1."""
+    """A paired perplexity ratio against the baseline, marked when its interval excludes 1."""
     if vs is None:
         return "n/a"
     return f"{vs['ratio']:.3f} [{vs['ci'][0]:.3f}, {vs['ci'][1]:.3f}]" + (" ✱" if vs["significant"] else "")
@@ -639,11 +661,12 @@ def comparison_table(comparison: Comparison) -> str:
     rows = comparison.rows
     fprs = [t["max_fpr"] for t in rows[0]["strongest"]["tpr"]]
     fpr_names = [f"{f * 100:g} %" for f in fprs]
-    held_out = _held_out_columns(rows)
+    label = comparison.baseline_label
+    held_out = _held_out_columns(rows, label)
     header = ["Cell", "ε (δ)", "Strongest attack: AUC [95 % CI]", *[f"TPR@{f}" for f in fpr_names],
-              "ΔAUC vs LoRA [paired 95 % CI]", "Mean AUC", *[f"Mean TPR@{f}" for f in fpr_names],
-              "Val. ppl [95 % CI]", "ppl ÷ LoRA's [paired 95 % CI]", *held_out, "Gain kept", "Canary exposure",
-              "Train s", "CPU s", "× LoRA", "Note"]
+              f"ΔAUC vs {label} [paired 95 % CI]", "Mean AUC", *[f"Mean TPR@{f}" for f in fpr_names],
+              "Val. ppl [95 % CI]", f"ppl ÷ {label}'s [paired 95 % CI]", *held_out, "Gain kept", "Canary exposure",
+              "Train s", "CPU s", f"× {label}", "Note"]
     split = rows[0]["split"]
     lines = [f"{split['n_members']} members vs {split['n_non_members']} non-members (split: {split['source']}, "
              f"seed {split['seed']}); every cell audited with the same attacks ({', '.join(rows[0]['attacks'])}). "
@@ -675,22 +698,25 @@ def comparison_table(comparison: Comparison) -> str:
                   "ceiling on the evaluated non-members, and the 95 % upper bound on that threshold's FPR for new "
                   "non-members (strongest attack); the strongest attack is picked after the fact, which "
                   "flatters it; mean cells average rate and count over the attacks. ε is the PRV bound spent by "
-                  "DP-LoRA (∞: no DP guarantee). × LoRA: training time over plain LoRA at the base rank (audits "
-                  "excluded, and so is SOFT's paraphrasing, done once before training and cached; the adaptive "
+                  f"DP-LoRA (∞: no DP guarantee). × {label}: training time over {_baseline_words(comparison)} "
+                  "(audits excluded, and so is SOFT's paraphrasing, done once before training and cached; the adaptive "
                   "attackers too in cells that record their time as adaptive_seconds, while earlier cells include "
                   "it). CPU s: the training process's CPU seconds over the same span as Train s (all its threads), "
                   "which time spent waiting for a core held by other work does not inflate (n/a: a cell run before "
                   "they were recorded). "
                   f"{NO_TRAINING}: validation perplexity not at least {MIN_PERPLEXITY_GAIN:.0%} below the "
-                  "pretrained model's. ΔAUC vs LoRA: the cell's AUC minus plain LoRA's on plain LoRA's strongest "
-                  "attack, over the same texts, with a paired bootstrap interval (✱: excludes 0). Val. ppl: corpus "
-                  "perplexity on the validation texts, with a bootstrap interval over those texts. ppl ÷ LoRA's: "
-                  "the cell's perplexity over plain LoRA's on the same texts, with a paired bootstrap interval "
-                  "(✱: excludes 1; n/a where the report predates per-text losses). Gain kept: the "
-                  "share of plain LoRA's perplexity gain the cell keeps. Canary exposure: mean over canaries, of the "
-                  "most a rank among the alternatives can show."]
+                  f"pretrained model's. ΔAUC vs {label}: the cell's AUC minus the baseline's on the baseline's "
+                  "strongest attack, over the same texts, with a paired bootstrap interval (✱: excludes 0). Val. "
+                  "ppl: corpus perplexity on the validation texts, with a bootstrap interval over those texts. ppl ÷ "
+                  f"{label}'s: the cell's perplexity over the baseline's on the same texts, with a paired bootstrap "
+                  "interval (✱: excludes 1; n/a where the report predates per-text losses). Gain kept: the share of "
+                  "the baseline's perplexity gain the cell keeps. Canary exposure: mean over canaries, of the most a "
+                  "rank among the alternatives can show."]
     if held_out:
-        lines += ["", HELD_OUT_NOTE]
+        lines += ["", HELD_OUT_NOTE.format(label=label)]
+    if comparison.requested_baseline and label == "LoRA":
+        lines += ["", f"The grid's baseline, {comparison.requested_baseline}, has not finished: until it has, every "
+                      "row is measured against plain LoRA at the base rank."]
     if any(row.get("tune") for row in rows):
         lines += ["", TUNED_NOTE]
         lines += [line for row in rows if row.get("tune") for line in ("", grid_table(row["name"], row["tune"]))]
@@ -711,6 +737,11 @@ TUNED_NOTE = ("Tuned rows: one run of the cell's epochs per learning rate, each 
               "the texts that chose them, so it flatters them. DP-LoRA rows choose the learning rate at the last "
               "epoch (the noise is calibrated to all of them), and choosing on the private data spends privacy their "
               "ε does not count.")
+
+
+def _baseline_words(comparison: Comparison) -> str:
+    """The baseline as the table's notes name it."""
+    return "plain LoRA at the base rank" if comparison.baseline_label == "LoRA" else comparison.baseline["name"]
 
 
 def _tuned(row: dict[str, Any]) -> str:

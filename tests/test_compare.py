@@ -19,9 +19,11 @@ from privft.compare import (
     AdaptiveSettings,
     CellSpec,
     CompareConfig,
+    Comparison,
     GridSettings,
     _mean_summary,
     _rate,
+    comparison_table,
     grid_cells,
     pick_table,
     run_compare,
@@ -94,6 +96,22 @@ def test_grid_runs_every_cell_audited_alike_and_resumes(config):
     again = run_compare(config)
     assert again.ran == []
     assert [row["train_seconds"] for row in again.rows] == [row["train_seconds"] for row in comparison.rows]
+
+    # grid.baseline: every row measured against another cell (e.g. the tuned undefended model), from the same cells
+    rebased = run_compare(replace(config, grid=replace(config.grid, baseline="full fine-tuning")), finished_only=True)
+    rows = {row["name"]: row for row in rebased.rows}
+    full = rows["full fine-tuning"]
+    assert rebased.ran == [] and full["overhead_vs_lora"] == 1.0 and full["perplexity_vs_lora"] is None
+    assert rows["LoRA r=4"]["perplexity_vs_lora"]["ratio"] == pytest.approx(lora["perplexity"] / full["perplexity"])
+    assert rows["LoRA r=4"]["vs_lora"]["attack"] == full["strongest_attack"]
+    table = (out / "compare.md").read_text()
+    assert "ΔAUC vs full fine-tuning [paired 95 % CI]" in table and "| × full fine-tuning |" in table
+    assert json.loads((out / "compare.json").read_text())["baseline"] == "full fine-tuning"
+    unfinished = Comparison([row for row in rebased.rows if row is not full], [], out, [], "full fine-tuning")
+    assert unfinished.baseline["name"] == "LoRA r=4" and "ΔAUC vs LoRA [" in comparison_table(unfinished)
+    assert "The grid's baseline, full fine-tuning, has not finished" in comparison_table(unfinished)
+    with pytest.raises(ValueError, match="grid.baseline names 'LoRA r=5', which is not a cell of this grid"):
+        run_compare(replace(config, grid=replace(config.grid, baseline="LoRA r=5")), finished_only=True)
 
 
 def test_a_report_without_per_text_losses_gets_no_perplexity_ratio():
