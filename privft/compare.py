@@ -791,15 +791,25 @@ def pick_table(rows: list[dict[str, Any]], names: Sequence[str]) -> str:
                 "n/a" if row.get("train_cpu_seconds") is None else
                 f"{row['train_cpu_seconds'] / 3600:.1f} ({row['train_seconds'] / 3600:.1f})"
                 + (" †" if times_partial(row) else ""))
-        configuration = name + (f" (lr {row['tune']['learning_rate']:g}, epoch {row['tune']['epoch']})"
-                                if row.get("tune") else "")
-        lines.append(f"| {configuration} | {row['strongest_attack']} {strongest['auc']:.3f} "
+        lines.append(f"| {name}{_schedule(row)} | {row['strongest_attack']} {strongest['auc']:.3f} "
                      f"[{strongest['auc_ci'][0]:.2f}, {strongest['auc_ci'][1]:.2f}] | {rate} | {_task_accuracy(row)} | "
                      f"{_perplexity(row, 'test_perplexity')} | {cost} |")
     lines += ["", f"{rows[0]['split']['n_members']} members vs {rows[0]['split']['n_non_members']} non-members. "
                   "Training: the process's CPU hours (wall hours), a tuned row's over every learning rate it tried; "
                   "†: the part after a restart only."]
     return "\n".join(lines) + "\n"
+
+
+def _schedule(row: dict[str, Any]) -> str:
+    """A trained row's learning rate and epochs, the chosen ones for a tuned row; nothing for the pretrained row."""
+    if row["family"] == "pretrained":
+        return ""
+    if row.get("tune"):
+        tune = row["tune"]
+        return f" (tuned: lr {tune['learning_rate']:g}, epoch {tune['epoch']} of {tune['of_epochs']})"
+    training = row["config"]["training"]
+    epochs = training["epochs"]
+    return f" (lr {training['learning_rate']:g}, {epochs} epoch{'s' if epochs != 1 else ''})"
 
 
 def adaptive_table(rows: list[dict[str, Any]]) -> str:

@@ -87,7 +87,8 @@ def test_grid_runs_every_cell_audited_alike_and_resumes(config):
                            str(out / "compare.json"), "DP-LoRA ε=8 (r=4)", PRETRAINED],  # the README's decision rows
                           capture_output=True, text=True, check=True).stdout.splitlines()
     assert pick[0].startswith("| Configuration |") and "TPR @ 1 % FPR" in pick[0] and len(pick) == 6
-    assert pick[2].startswith("| DP-LoRA ε=8 (r=4) |") and pick[2].count(" | ") == 5 and pick[3].endswith("| none |")
+    assert pick[2].startswith("| DP-LoRA ε=8 (r=4) (lr 0.01, 1 epoch) |") and pick[2].count(" | ") == 5
+    assert pick[3].endswith("| none |")
     with pytest.raises(ValueError, match=r"\['LoRA r=5'\] are not among the finished cells"):
         pick_table(comparison.rows, ["LoRA r=5"])
     assert json.loads((out / "compare.json").read_text())["rows"][4]["privacy"]["privacy_unit"] == \
