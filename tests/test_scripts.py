@@ -192,3 +192,27 @@ def test_cell_records_keep_a_finished_cells_records_without_weights_and_restore_
     (cells / "done" / "report.json").write_text('{"auc": 0.65}')  # archiving again brings the record up to date
     run("archive", cells)
     assert (records / "done" / "report.json").read_text() == '{"auc": 0.65}'
+
+
+def test_seed_orderings_names_the_orderings_that_hold_and_those_that_reverse(tmp_path):
+    def row(name: str, auc: float, caught: int, accuracy: float) -> dict:
+        tpr = [{"max_fpr": 0.01, "tpr": caught / 50, "true_positives": caught, "n_members": 50}]
+        return {"name": name, "strongest": {"auc": auc, "auc_ci": [auc - 0.02, auc + 0.02], "tpr": tpr},
+                "task_accuracy": {"accuracy": accuracy, "ci_low": accuracy - 0.05, "ci_high": accuracy + 0.05}}
+
+    seeds = [[row("LoRA", 0.70, 9, 0.9), row("DP", 0.50, 1, 0.2), row("SOFT", 0.60, 3, 0.8)],
+             [row("LoRA", 0.72, 8, 0.9), row("DP", 0.51, 4, 0.3), row("SOFT", 0.52, 2, 0.85)]]
+    paths = []
+    for index, rows in enumerate(seeds):
+        paths.append(tmp_path / f"seed{index}.json")
+        paths[-1].write_text(json.dumps({"rows": rows}))
+    run = subprocess.run([sys.executable, str(SCRIPTS / "seed_orderings.py"), *map(str, paths), "LoRA", "DP", "SOFT",
+                          "Goldfish"], capture_output=True, text=True, check=True)
+    out = run.stdout
+    assert out.startswith("Not finished, left out: Goldfish (")
+    assert "| strongest attack AUC (lower: more private) | DP < SOFT < LoRA | DP ≤ SOFT < LoRA |" in out
+    assert "- strongest attack AUC (lower: more private): DP better than LoRA ✱" in out
+    assert "- strongest attack AUC (lower: more private): DP better than SOFT\n" in out  # overlapping at seed B
+    assert "- members caught at 1 % FPR (fewer: more private): DP better than SOFT at seed A, not at seed B" in out
+    assert "- task accuracy (higher: more useful): LoRA better than SOFT\n" in out
+    assert "test perplexity" not in out  # no comparison measured it
