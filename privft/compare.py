@@ -806,7 +806,7 @@ def _schedule(row: dict[str, Any]) -> str:
         return ""
     if row.get("tune"):
         tune = row["tune"]
-        return f" (tuned: lr {tune['learning_rate']:g}, epoch {tune['epoch']} of {tune['of_epochs']})"
+        return f" (chosen: lr {tune['learning_rate']:g}, epoch {tune['epoch']} of {tune['of_epochs']})"
     training = row["config"]["training"]
     epochs = training["epochs"]
     return f" (lr {training['learning_rate']:g}, {epochs} epoch{'s' if epochs != 1 else ''})"
