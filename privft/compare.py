@@ -780,21 +780,23 @@ def pick_table(rows: list[dict[str, Any]], names: Sequence[str]) -> str:
                             else "") + ". Name finished cells only, at most eight.")
     lowest = min(range(len(rows[0]["strongest"]["tpr"])), key=lambda i: rows[0]["strongest"]["tpr"][i]["max_fpr"])
     ceiling = rows[0]["strongest"]["tpr"][lowest]["max_fpr"]
-    lines = [f"| Configuration | Strongest attack: AUC [95 % CI] | TPR @ {ceiling * 100:g} % FPR (k/members) | "
-             "Task accuracy [95 % CI] (k/n) | Test ppl [95 % CI] | Training: CPU h (wall h) |", "|---" * 6 + "|"]
+    lines = [f"| Configuration | Strongest attack: AUC [95 % CI] | TPR @ {ceiling * 100:g} % FPR (k/members; bound) "
+             "| Task accuracy [95 % CI] (k/n) | Test ppl [95 % CI] | Training: CPU h (wall h) |", "|---" * 6 + "|"]
     for name in names:
         row = by_name[name]
-        strongest, tpr = row["strongest"], row["strongest"]["tpr"][lowest]
-        rate = ("not estimable" if tpr["tpr"] is None
-                else f"{tpr['tpr']:.3f} ({tpr['true_positives']}/{tpr['n_members']})")
+        strongest = row["strongest"]
         cost = ("none" if row["family"] == "pretrained" else
                 "n/a" if row.get("train_cpu_seconds") is None else
                 f"{row['train_cpu_seconds'] / 3600:.1f} ({row['train_seconds'] / 3600:.1f})"
                 + (" †" if times_partial(row) else ""))
         lines.append(f"| {name}{_schedule(row)} | {row['strongest_attack']} {strongest['auc']:.3f} "
-                     f"[{strongest['auc_ci'][0]:.2f}, {strongest['auc_ci'][1]:.2f}] | {rate} | {_task_accuracy(row)} | "
+                     f"[{strongest['auc_ci'][0]:.2f}, {strongest['auc_ci'][1]:.2f}] | "
+                     f"{_rate(strongest['tpr'][lowest])} | {_task_accuracy(row)} | "
                      f"{_perplexity(row, 'test_perplexity')} | {cost} |")
-    lines += ["", f"{rows[0]['split']['n_members']} members vs {rows[0]['split']['n_non_members']} non-members. "
+    n_non_members = rows[0]["split"]["n_non_members"]
+    lines += ["", f"{rows[0]['split']['n_members']} members vs {n_non_members} non-members. TPR: the strongest "
+                  f"attack's, at a threshold passing at most {math.floor(ceiling * n_non_members + 1e-9)} of the "
+                  f"{n_non_members} non-members, with the 95 % upper bound on its FPR for new non-members. "
                   "Training: the process's CPU hours (wall hours), a tuned row's over every learning rate it tried; "
                   "†: the part after a restart only."]
     return "\n".join(lines) + "\n"
