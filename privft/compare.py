@@ -390,30 +390,31 @@ class AdaptiveAudit(TrainerCallback):
                 for name, values in scores.items()}
 
 
-def _finish_rows(rows: list[dict[str, Any]], reference_perplexity: float, lora: dict[str, Any]) -> None:
-    """Add, against the baseline row `lora` (`Comparison.baseline`), the overhead, the paired AUC and perplexity
+def _finish_rows(rows: list[dict[str, Any]], reference_perplexity: float, baseline: dict[str, Any]) -> None:
+    """Add, against the `baseline` row (`Comparison.baseline`), the overhead, the paired AUC and perplexity
     comparisons and the share of its perplexity gain each cell keeps,
-    (ppl_pretrained − ppl_cell) / (ppl_pretrained − ppl_baseline); and the no-training flag."""
-    baseline, gain = lora["train_seconds"], reference_perplexity - lora["perplexity"]
+    (ppl_pretrained − ppl_cell) / (ppl_pretrained − ppl_baseline); and the no-training flag. The keys keep their
+    historical names (`vs_lora`, `overhead_vs_lora`, ...): compare.json's `baseline` names the row they compare with."""
+    seconds, gain = baseline["train_seconds"], reference_perplexity - baseline["perplexity"]
     for row in rows:
         trained = row["family"] != "pretrained"
-        row["overhead_vs_lora"] = row["train_seconds"] / baseline if trained and baseline > 0 else None
+        row["overhead_vs_lora"] = row["train_seconds"] / seconds if trained and seconds > 0 else None
         row["learned"] = not trained or row["perplexity"] < reference_perplexity * (1 - MIN_PERPLEXITY_GAIN)
         row["gain_share"] = (reference_perplexity - row["perplexity"]) / gain if trained and gain > 0 else None
     saved = [json.loads(Path(row["report"]).read_text(encoding="utf-8")) for row in rows]  # each read once
-    baseline = saved[rows.index(lora)]
+    reference = saved[rows.index(baseline)]
     for row, report in zip(rows, saved, strict=True):
         held_out = report["perplexity"]
         measured = held_out.get("ci_low") is not None  # reports before per-text losses were kept have no interval
         row["perplexity_ci"] = [held_out["ci_low"], held_out["ci_high"]] if measured else None
-        paired = row is not lora and report["per_text"]["sha256"] == baseline["per_text"]["sha256"]
-        row["vs_lora"] = _paired_vs(baseline["per_text"], lora["strongest_attack"], report["per_text"]) if paired \
-            else None
-        row["perplexity_vs_lora"] = _perplexity_vs(baseline["perplexity"], held_out) if paired else None
+        paired = row is not baseline and report["per_text"]["sha256"] == reference["per_text"]["sha256"]
+        row["vs_lora"] = (_paired_vs(reference["per_text"], baseline["strongest_attack"], report["per_text"])
+                          if paired else None)
+        row["perplexity_vs_lora"] = _perplexity_vs(reference["perplexity"], held_out) if paired else None
         test = report.get("test_perplexity")  # the test side's, in reports of splits that have one
         row["test_perplexity_ci"] = [test["ci_low"], test["ci_high"]] if test else None
-        row["test_perplexity_vs_lora"] = (_perplexity_vs(baseline["test_perplexity"], test)
-                                          if paired and test and baseline.get("test_perplexity") else None)
+        row["test_perplexity_vs_lora"] = (_perplexity_vs(reference["test_perplexity"], test)
+                                          if paired and test and reference.get("test_perplexity") else None)
 
 
 def _perplexity_vs(baseline: dict[str, Any], held_out: dict[str, Any]) -> dict[str, Any] | None:

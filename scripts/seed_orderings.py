@@ -87,7 +87,7 @@ def ranking(readings: dict[str, Reading], higher_is_better: bool) -> str:
 
 def orderings(seeds: list[dict[str, dict[str, Any]]], names: list[str]) -> str:
     """The Markdown reading: each measure's ranking per seed, then the pairs that hold and those that reverse."""
-    lines = ["| Measure | Seed A: best to worst | Seed B: best to worst |", "|---|---|---|"]
+    lines = ["| Measure | Seed A: best first | Seed B: best first |", "|---|---|---|"]
     holds, reverses = [], []
     for measure in measures(list(seeds[0].values())):
         readings = [{name: reading for name in names if (reading := measure.read(rows[name])) is not None}
@@ -108,7 +108,8 @@ def orderings(seeds: list[dict[str, dict[str, Any]]], names: list[str]) -> str:
                 holds.append(f"{measure.label}: {first} better than {second}{strict}")
             else:
                 reverses.append(f"{measure.label}: {first} better than {second} at seed A, not at seed B")
-    lines += ["", "Orderings that hold at both seeds (✱: intervals disjoint at both):", "",
+    lines += ["", "Best first: \"<\" between neighbours whose 95 % intervals are disjoint, \"≤\" where they overlap "
+                  "or carry none.", "", "Orderings that hold at both seeds (✱: intervals disjoint at both):", "",
               *[f"- {line}" for line in holds or ["none"]],
               "", "Orderings that reverse:", "", *[f"- {line}" for line in reverses or ["none"]]]
     return "\n".join(lines) + "\n"
