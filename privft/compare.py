@@ -734,7 +734,8 @@ def comparison_table(comparison: Comparison) -> str:
 TUNED_NOTE = ("Tuned rows: one run of the cell's epochs per learning rate, each epoch's checkpoint evaluated on the "
               "validation texts; the (learning rate, epoch) of least validation loss is audited (the grids below, "
               "and compare.json's `tune.grid`, hold every rate × epoch loss). A tuned plain LoRA row is early "
-              "stopping. Their Train s and CPU s count every learning rate's run; their validation perplexity read "
+              "stopping; a tuned SOFT row chooses among the epochs after its warm-up, when it had served paraphrases. "
+              "Their Train s and CPU s count every learning rate's run; their validation perplexity read "
               "the texts that chose them, so it flatters them. DP-LoRA rows choose the learning rate at the last "
               "epoch (the noise is calibrated to all of them), and choosing on the private data spends privacy their "
               "ε does not count.")
@@ -749,8 +750,12 @@ def _tuned(row: dict[str, Any]) -> str:
     """A tuned row's note: the learning rate and epoch chosen, the grid's size, and DP's uncounted privacy."""
     tune = row["tune"]
     kind = "early stopping: " if row["family"] == "lora" else ""
-    among = (f"{len(tune['grid'])} lr × epoch" if tune["epochs_tuned"]
-             else f"{len(tune['learning_rates'])} lr at the last epoch")
+    if tune["epochs_tuned"]:
+        from_epoch = tune.get("from_epoch", 1)  # SOFT's first epoch on paraphrases; rows tuned before it: 1
+        eligible = sum(entry["epoch"] >= from_epoch for entry in tune["grid"])
+        among = f"{eligible} lr × epoch" + (f", epochs {from_epoch} on" if from_epoch > 1 else "")
+    else:
+        among = f"{len(tune['learning_rates'])} lr at the last epoch"
     note = (f"tuned ({kind}lr {tune['learning_rate']:g}, epoch {tune['epoch']}/{tune['of_epochs']}, "
             f"least val. loss of {among})")
     if tune.get("retrained_validation_loss") is not None:  # its checkpoint was trained again on another machine

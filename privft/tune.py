@@ -13,7 +13,9 @@ epoch's validation loss is recorded beside the one it was chosen by.
 
 DP-LoRA's noise is calibrated to all of the run's epochs, and its accountant resumes only a run of the same
 calibration, so a DP-LoRA run chooses its learning rate at its last epoch (the other epochs' losses are recorded).
-Choosing on the private split's validation texts spends privacy that the run's ε does not count.
+Choosing on the private split's validation texts spends privacy that the run's ε does not count. A SOFT run
+chooses among the epochs after its warm-up only: before its first selection it trained on the original texts
+alone, and a checkpoint from then is plain fine-tuning stopped early, not SOFT.
 """
 
 from __future__ import annotations
@@ -60,10 +62,20 @@ class TuneSettings:
 
 
 def check_tunable(config: RunConfig, where: str) -> None:
-    """Refuse to tune a run whose split has no validation texts to choose by (`where` names the run)."""
+    """Refuse to tune a run whose split has no validation texts to choose by, or whose SOFT warm-up leaves no
+    epoch to choose from (`where` names the run)."""
     if config.data.n_validation < 1:
         raise ValueError(f"{where}: tune chooses by validation loss, but data.n_validation is "
                          f"{config.data.n_validation}; set data.n_validation to at least 1 (e.g. 50), or drop tune.")
+    if first_candidate_epoch(config) > config.training.epochs:
+        raise ValueError(f"{where}: SOFT's warm-up takes {first_candidate_epoch(config) - 1} epoch(s) of the run's "
+                         f"{config.training.epochs}, so no epoch has trained on its paraphrases to choose from; raise "
+                         "training.epochs above soft.warmup_epochs.")
+
+
+def first_candidate_epoch(config: RunConfig) -> int:
+    """The first epoch a tuned run may be stopped at: 1, or SOFT's first epoch on obfuscated samples."""
+    return 1 if config.soft.rule is None else config.soft.schedule().epochs_before_selection + 1
 
 
 def epochs_tuned(config: RunConfig) -> bool:
@@ -126,11 +138,12 @@ def retrain_chosen(config: RunConfig, chosen: dict[str, Any]) -> float:
     return next(epoch["validation_loss"] for epoch in epoch_losses(out) if epoch["epoch"] == chosen["epoch"])
 
 
-def choose(runs: list[dict[str, Any]], last_epoch_only: bool) -> dict[str, Any]:
-    """The (learning rate, epoch) of least validation loss, earlier rates and epochs first on a tie; NaN never wins."""
+def choose(runs: list[dict[str, Any]], last_epoch_only: bool, from_epoch: int = 1) -> dict[str, Any]:
+    """The (learning rate, epoch) of least validation loss among the last epochs (`last_epoch_only`) or those from
+    `from_epoch` on, earlier rates and epochs first on a tie; NaN never wins."""
     candidates = [dict(epoch, learning_rate=run["learning_rate"]) for run in runs
                   for epoch in (run["epochs"][-1:] if last_epoch_only else run["epochs"])
-                  if math.isfinite(epoch["validation_loss"])]
+                  if math.isfinite(epoch["validation_loss"]) and epoch["epoch"] >= from_epoch]
     if not candidates:
         raise ValueError(f"Every tuning run's validation loss is NaN or infinite (learning rates "
                          f"{[run['learning_rate'] for run in runs]}): every rate diverged; try smaller ones.")
@@ -147,7 +160,8 @@ def run_tuned(config: RunConfig, settings: TuneSettings, *, extra_callbacks: Seq
     check_tunable(config, config.training.output_dir)
     runs = [tuning_run(rate_config(config, rate)) for rate in settings.learning_rates]
     per_epoch = epochs_tuned(config)
-    chosen = choose(runs, last_epoch_only=not per_epoch)
+    from_epoch = first_candidate_epoch(config)
+    chosen = choose(runs, last_epoch_only=not per_epoch, from_epoch=from_epoch)
     audited = replace(config, training=replace(config.training, learning_rate=chosen["learning_rate"],
                                                epochs=chosen["epoch"]))
     chosen_run = rate_config(config, chosen["learning_rate"])
@@ -158,6 +172,7 @@ def run_tuned(config: RunConfig, settings: TuneSettings, *, extra_callbacks: Seq
     selection = {
         "learning_rates": list(settings.learning_rates), "learning_rate": chosen["learning_rate"],
         "epoch": chosen["epoch"], "of_epochs": config.training.epochs, "epochs_tuned": per_epoch,
+        "from_epoch": from_epoch,
         "selected_by": f"least validation loss ({config.data.n_validation} validation texts)",
         "grid": [{"learning_rate": run["learning_rate"], "epoch": epoch["epoch"],
                   "validation_loss": epoch["validation_loss"]} for run in runs for epoch in run["epochs"]],
@@ -177,6 +192,9 @@ def grid_table(name: str, selection: dict[str, Any]) -> str:
     losses = {(entry["learning_rate"], entry["epoch"]): entry["validation_loss"] for entry in selection["grid"]}
     chosen = (selection["learning_rate"], selection["epoch"])
     rule = "" if selection["epochs_tuned"] else " (the last epoch only: the noise is calibrated to all of them)"
+    if selection["epochs_tuned"] and selection.get("from_epoch", 1) > 1:
+        rule = (f" (epochs {selection['from_epoch']} on only: before them SOFT had served no paraphrase, so a "
+                "checkpoint there is plain fine-tuning)")
     lines = [f"**{name}**: validation loss by learning rate and epoch, {selection['selected_by']}, chosen in "
              f"bold{rule}.", "", "| Learning rate | " + " | ".join(f"Epoch {epoch}" for epoch in epochs) + " |",
              "|---" * (len(epochs) + 1) + "|"]

@@ -19,7 +19,7 @@ from privft.compare import CellSpec, CompareConfig, GridSettings, _tuned, grid_c
 from privft.config import ConfigError, from_dict, load_yaml, save_yaml, to_dict
 from privft.pipeline import DataSettings, DPSettings, RunConfig, SoftSettings
 from privft.training import FinetuneSettings, LoraSettings
-from privft.tune import FINISHED, TuneSettings, choose, rate_config, tuning_run
+from privft.tune import FINISHED, TuneSettings, choose, grid_table, rate_config, tuning_run
 
 ROOT = Path(__file__).parent.parent
 
@@ -123,8 +123,8 @@ def test_an_earlier_epoch_is_audited_as_a_finished_run_of_that_many_epochs(confi
                        lora=None if method == "full" else config.run.training.lora)
     run = replace(config.run, soft=replace(config.run.soft, rule="release" if method == "soft" else None),
                   goldfish=replace(config.run.goldfish, k=4 if method == "goldfish" else None), training=training)
-    monkeypatch.setattr(privft.tune, "choose", lambda runs, last_epoch_only: dict(runs[0]["epochs"][0],
-                                                                                  learning_rate=1e-2))
+    monkeypatch.setattr(privft.tune, "choose", lambda runs, last_epoch_only, from_epoch: dict(
+        runs[0]["epochs"][0], learning_rate=1e-2))  # epoch 1, even SOFT's warm-up: the audit path is what is tested
     result, selection = privft.tune.run_tuned(run, TuneSettings(learning_rates=(1e-2,)))
     assert (selection["learning_rate"], selection["epoch"], selection["of_epochs"]) == (1e-2, 1, 2)
     assert [g["epoch"] for g in selection["grid"]] == [1, 2] and selection["epochs_tuned"]
@@ -172,8 +172,24 @@ def test_choice_is_the_least_finite_loss_and_dp_reads_the_last_epoch():
     runs = [run(1e-3, 3.0, 2.0, 2.5), run(3e-3, math.nan, math.nan, math.nan), run(1e-2, 2.0, 2.2, 2.4)]
     assert (choose(runs, False)["learning_rate"], choose(runs, False)["epoch"]) == (1e-3, 2)  # tie: the earlier rate
     assert (choose(runs, True)["learning_rate"], choose(runs, True)["epoch"]) == (1e-2, 3)
+    assert (choose(runs, False, from_epoch=3)["learning_rate"], choose(runs, False, from_epoch=3)["epoch"]) == (
+        1e-2, 3)  # SOFT after a 2-epoch warm-up: epochs 1 and 2 are plain fine-tuning, never chosen
     with pytest.raises(ValueError, match="diverged"):
         choose([runs[1]], False)
+
+
+def test_a_tuned_soft_run_chooses_only_among_the_epochs_it_served_paraphrases_in(config):
+    soft = replace(config.run.soft, rule="paper")  # warm-up: 1 epoch on the originals, then the paraphrases
+    run = replace(config.run, soft=soft, training=replace(config.run.training,
+                                                          output_dir=str(Path(config.output_dir) / "cell")))
+    _, selection = privft.tune.run_tuned(run, TuneSettings(learning_rates=(1e-2,)))
+    assert [g["epoch"] for g in selection["grid"]] == [1, 2] and selection["from_epoch"] == 2
+    assert selection["epoch"] == 2  # whatever epoch 1's loss: it had trained on no paraphrase
+    assert "least val. loss of 1 lr × epoch, epochs 2 on" in _tuned({"family": "soft", "tune": selection})
+    assert "epochs 2 on only: before them SOFT had served no paraphrase" in grid_table("SOFT tuned", selection)
+    too_short = replace(run, training=replace(run.training, epochs=1))
+    with pytest.raises(ValueError, match=r"SOFT's warm-up takes 1 epoch\(s\) of the run's 1.*raise training\.epochs"):
+        privft.tune.run_tuned(too_short, TuneSettings(learning_rates=(1e-2,)))
 
 
 def test_tune_round_trips_through_yaml_and_refuses_bad_grids_by_key(config, tmp_path):
