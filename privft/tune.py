@@ -67,8 +67,9 @@ def check_tunable(config: RunConfig, where: str) -> None:
     if config.data.n_validation < 1:
         raise ValueError(f"{where}: tune chooses by validation loss, but data.n_validation is "
                          f"{config.data.n_validation}; set data.n_validation to at least 1 (e.g. 50), or drop tune.")
-    if first_candidate_epoch(config) > config.training.epochs:
-        raise ValueError(f"{where}: SOFT's warm-up takes {first_candidate_epoch(config) - 1} epoch(s) of the run's "
+    warmup = first_candidate_epoch(config) - 1
+    if warmup >= config.training.epochs:
+        raise ValueError(f"{where}: SOFT's warm-up takes {warmup} epoch(s) of the run's "
                          f"{config.training.epochs}, so no epoch has trained on its paraphrases to choose from; raise "
                          "training.epochs above soft.warmup_epochs.")
 
@@ -191,10 +192,14 @@ def grid_table(name: str, selection: dict[str, Any]) -> str:
     epochs = sorted({entry["epoch"] for entry in selection["grid"]})
     losses = {(entry["learning_rate"], entry["epoch"]): entry["validation_loss"] for entry in selection["grid"]}
     chosen = (selection["learning_rate"], selection["epoch"])
-    rule = "" if selection["epochs_tuned"] else " (the last epoch only: the noise is calibrated to all of them)"
-    if selection["epochs_tuned"] and selection.get("from_epoch", 1) > 1:
-        rule = (f" (epochs {selection['from_epoch']} on only: before them SOFT had served no paraphrase, so a "
-                "checkpoint there is plain fine-tuning)")
+    from_epoch = selection.get("from_epoch", 1)  # rows tuned before SOFT's warm-up rule: 1
+    if not selection["epochs_tuned"]:
+        rule = " (the last epoch only: the noise is calibrated to all of them)"
+    elif from_epoch > 1:
+        rule = (f" (epochs {from_epoch} on only: before them SOFT had served no paraphrase, so a checkpoint there "
+                "is plain fine-tuning)")
+    else:
+        rule = ""
     lines = [f"**{name}**: validation loss by learning rate and epoch, {selection['selected_by']}, chosen in "
              f"bold{rule}.", "", "| Learning rate | " + " | ".join(f"Epoch {epoch}" for epoch in epochs) + " |",
              "|---" * (len(epochs) + 1) + "|"]
