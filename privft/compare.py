@@ -339,9 +339,14 @@ class Comparison:
         return named[0] if named else next(row for row in self.rows if row["family"] == "lora")
 
     @property
+    def measures_against_requested(self) -> bool:
+        """Whether the rows are measured against grid.baseline (named and finished), not the plain-LoRA fall-back."""
+        return self.requested_baseline is not None and self.baseline["name"] == self.requested_baseline
+
+    @property
     def baseline_label(self) -> str:
-        """The baseline as the table's headers name it: "LoRA" for plain LoRA at the base rank, else its cell name."""
-        return "LoRA" if self.baseline["name"] != self.requested_baseline else self.baseline["name"]
+        """The baseline as the table's headers name it: its cell name, or "LoRA" for the plain-LoRA fall-back."""
+        return self.baseline["name"] if self.measures_against_requested else "LoRA"
 
     @property
     def pretrained_perplexity(self) -> float:
@@ -715,7 +720,7 @@ def comparison_table(comparison: Comparison) -> str:
                   "rank among the alternatives can show."]
     if held_out:
         lines += ["", HELD_OUT_NOTE.format(label=label)]
-    if comparison.requested_baseline and label == "LoRA":
+    if comparison.requested_baseline and not comparison.measures_against_requested:
         lines += ["", f"The grid's baseline, {comparison.requested_baseline}, has not finished: until it has, every "
                       "row is measured against plain LoRA at the base rank."]
     if any(row.get("tune") for row in rows):
@@ -743,7 +748,7 @@ TUNED_NOTE = ("Tuned rows: one run of the cell's epochs per learning rate, each 
 
 def _baseline_words(comparison: Comparison) -> str:
     """The baseline as the table's notes name it."""
-    return "plain LoRA at the base rank" if comparison.baseline_label == "LoRA" else comparison.baseline["name"]
+    return comparison.baseline["name"] if comparison.measures_against_requested else "plain LoRA at the base rank"
 
 
 def _tuned(row: dict[str, Any]) -> str:
