@@ -61,8 +61,11 @@ FINDINGS = (
             "protects, but the fine-tune no longer does its task: strongest-attack AUC 0.638 → 0.529 and TPR at "
             "FPR ≤ 0.1 % 3/500 → 0/500 against plain LoRA r=16 (completion tokens, 500 members vs 2,000 "
             "non-members); task accuracy on held-out tickets 0/200 against 195/200 for plain LoRA and 0/200 "
-            "before fine-tuning, since replies are trained on their word-swapped second half alone",
-            "docs/results/conversations.md (bash experiments/run-conversations.sh)", records="conversations"),
+            "before fine-tuning, since replies are trained on their word-swapped second half alone; stopped by "
+            "validation loss after its first epoch on paraphrases it keeps 65/200 (AUC 0.540, 1/500 at 0.1 % FPR) "
+            "and leaves planted secrets ranked first or second (7.40 of 7.65 bits)",
+            "docs/results/conversations.md (bash experiments/run-conversations.sh) and docs/results/frontier.md "
+            "(bash experiments/run-frontier.sh)", records="conversations"),
 )
 
 NEIGHBOUR_DEFAULT_FRACTION = 0.15  # NeighbourParaphraser's own default
