@@ -880,6 +880,7 @@ def privacy_utility_png(comparison: Comparison) -> bytes:
     label, utility = utility_axis(comparison.rows)
     fig, ax = plt.subplots(figsize=(9, 5))
     number = 0
+    numbers_at: dict[tuple[float, float], list[str]] = {}  # cells at one point (a tuned run that equals an untuned)
     for row in comparison.rows:
         tpr = row["strongest"]["tpr"][0]["tpr"]
         value, low, high = utility(row)
@@ -890,7 +891,9 @@ def privacy_utility_png(comparison: Comparison) -> bytes:
         ax.errorbar(value, tpr, xerr=[[value - low], [high - value]], color=color, alpha=0.4, linewidth=1)
         ax.scatter(value, tpr, color=color, marker=marker, s=50,
                    facecolors="none" if not row["learned"] else color, label=f"{number}  {row['name']}")
-        ax.annotate(str(number), (value, tpr), fontsize=8, xytext=(5, 3), textcoords="offset points")
+        numbers_at.setdefault((value, tpr), []).append(str(number))
+    for point, numbers in numbers_at.items():
+        ax.annotate(", ".join(numbers), point, fontsize=8, xytext=(5, 3), textcoords="offset points")
     ax.axhline(first["max_fpr"], color="grey", linestyle="--", label="chance (TPR = FPR ceiling)")
     ax.set(xlabel=label,
            ylabel=f"TPR @ FPR ≤ {first['max_fpr'] * 100:g} %, strongest attack ({first['n_members']} members)",
