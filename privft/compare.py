@@ -43,7 +43,7 @@ from privft.run_folder import changed_sides, recorded_hashes
 from privft.scoring import StatsCache, start_token_rule, whole_records_cached
 from privft.scoring.render import rendering_context
 from privft.training_record import times_partial
-from privft.tune import TuneSettings, check_tunable, grid_table, run_tuned
+from privft.tune import TuneSettings, check_tunable, grid_table, recorded_first_candidate, run_tuned
 
 MIN_PERPLEXITY_GAIN = 0.01
 """A cell whose validation perplexity is not at least 1 % below the pretrained model's did not learn."""
@@ -756,7 +756,7 @@ def _tuned(row: dict[str, Any]) -> str:
     tune = row["tune"]
     kind = "early stopping: " if row["family"] == "lora" else ""
     if tune["epochs_tuned"]:
-        from_epoch = tune.get("from_epoch", 1)  # SOFT's first epoch on paraphrases; rows tuned before it: 1
+        from_epoch = recorded_first_candidate(tune)
         eligible = sum(entry["epoch"] >= from_epoch for entry in tune["grid"])
         among = f"{eligible} lr × epoch" + (f", epochs {from_epoch} on" if from_epoch > 1 else "")
     else:

@@ -79,6 +79,11 @@ def first_candidate_epoch(config: RunConfig) -> int:
     return 1 if config.soft.rule is None else config.soft.schedule().epochs_before_selection + 1
 
 
+def recorded_first_candidate(selection: dict[str, Any]) -> int:
+    """A recorded selection's first candidate epoch (`first_candidate_epoch`); 1 for records made before it was kept."""
+    return selection.get("from_epoch", 1)
+
+
 def epochs_tuned(config: RunConfig) -> bool:
     """Whether the run chooses its epoch too: not under DP-LoRA, whose noise is calibrated to all its epochs."""
     return config.dp.target_epsilon is None
@@ -192,7 +197,7 @@ def grid_table(name: str, selection: dict[str, Any]) -> str:
     epochs = sorted({entry["epoch"] for entry in selection["grid"]})
     losses = {(entry["learning_rate"], entry["epoch"]): entry["validation_loss"] for entry in selection["grid"]}
     chosen = (selection["learning_rate"], selection["epoch"])
-    from_epoch = selection.get("from_epoch", 1)  # rows tuned before SOFT's warm-up rule: 1
+    from_epoch = recorded_first_candidate(selection)
     if not selection["epochs_tuned"]:
         rule = " (the last epoch only: the noise is calibrated to all of them)"
     elif from_epoch > 1:
