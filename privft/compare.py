@@ -88,7 +88,7 @@ class AdaptiveSettings:
 
 @dataclass
 class GridSettings:
-    """The cells beside the base run's plain LoRA (`run.training.lora`, always included).
+    """The cells beside the base run's plain LoRA (`run.training.lora`, included unless `untuned_lora` is false).
 
     LoRA ranks keep the base alpha/rank ratio, so the adapters' scale does not change with rank.
     SOFT cells use `run.soft` with each rule; DP-LoRA cells use `run.dp` with each ε.
@@ -109,6 +109,9 @@ class GridSettings:
     # "LoRA r=16, tuned": the undefended model at its best. None: plain LoRA at the base rank. Until it has finished,
     # the table measures against plain LoRA and says so.
     baseline: str | None = None
+    # False: no one-run plain-LoRA cell at the base rank (a grid that needs only its tuned row, e.g. a second seed);
+    # `baseline` must then name a cell, which takes that cell's place right after the pretrained row.
+    untuned_lora: bool = True
 
 
 @dataclass
@@ -149,6 +152,9 @@ def slug(name: str) -> str:
 def grid_cells(config: CompareConfig) -> list[Cell]:
     """Every cell: the pretrained model (audited, not trained), plain LoRA at the base rank, then the grid.
 
+    With `grid.untuned_lora` false, the cell `grid.baseline` names comes second instead of plain LoRA: the first two
+    cells are the reference every table needs, and run first.
+
     The base run's own defences (`run.soft.rule`, `run.dp.target_epsilon`, `run.goldfish.k`) are ignored
     (a cell turns one on, e.g. ``{name: Goldfish k=4, family: goldfish, set: {goldfish.k: 4}}``). Unless
     `run.audit.cache_dir` says otherwise, every cell caches its token statistics in one folder
@@ -174,7 +180,7 @@ def grid_cells(config: CompareConfig) -> list[Cell]:
     def with_rank(rank: int):
         return dataclasses.replace(lora, rank=rank, alpha=max(1, round(lora.alpha * rank / lora.rank)))
 
-    cells = [cell(PRETRAINED, "pretrained"), cell(f"LoRA r={lora.rank}", "lora")]
+    cells = [cell(PRETRAINED, "pretrained")] + ([cell(f"LoRA r={lora.rank}", "lora")] if grid.untuned_lora else [])
     cells += [cell(f"LoRA r={r}", "lora", training={"lora": with_rank(r)})
               for r in sorted(set(grid.lora_ranks) - {lora.rank})]
     if grid.full_finetune:
@@ -195,6 +201,16 @@ def grid_cells(config: CompareConfig) -> list[Cell]:
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
         raise ValueError(f"Cell name(s) {repeated} appear twice in the grid; give grid.cells unique names.")
+    if grid.baseline is not None and grid.baseline not in names:
+        raise ValueError(f"grid.baseline names {grid.baseline!r}, which is not a cell of this grid; its cells "
+                         f"are: {', '.join(map(repr, names))}.")
+    if not grid.untuned_lora:
+        if grid.baseline is None:
+            raise ValueError("grid.untuned_lora is false, so the grid has no plain-LoRA cell to measure the others "
+                             "against: name the cell that is the reference in grid.baseline (e.g. \"LoRA r=16, "
+                             "tuned\"), or set grid.untuned_lora: true.")
+        reference = names.index(grid.baseline)
+        cells.insert(1, cells.pop(reference))
     folders: dict[str, str] = {}
     for each in cells:
         other = folders.setdefault(each.slug, each.name)
@@ -334,7 +350,8 @@ class Comparison:
 
     @property
     def baseline(self) -> dict[str, Any]:
-        """The row the others are measured against: the requested baseline once finished, else plain LoRA."""
+        """The row the others are measured against: the requested baseline once finished, else plain LoRA (a grid
+        without it has its baseline second: it always finishes before any table is written)."""
         named = [row for row in self.rows if row["name"] == self.requested_baseline]
         return named[0] if named else next(row for row in self.rows if row["family"] == "lora")
 
@@ -500,7 +517,8 @@ def _progress(index: int, cells: list[Cell], todo: list[Cell], seconds: list[flo
 
 
 def cells_to_run(cells: list[Cell], only: Sequence[str] | None) -> list[Cell]:
-    """The cells `only` names (all when None), always with the pretrained and plain-LoRA rows every table needs."""
+    """The cells `only` names (all when None), always with the first two (pretrained, the reference) every table
+    needs."""
     if only is None:
         return cells
     names = [cell.name for cell in cells]
@@ -533,15 +551,11 @@ def run_compare(config: CompareConfig, *, finished_only: bool = False, only: Seq
             check_canary_room(cell.config)
         except ValueError as error:
             raise ValueError(f"grid cell {cell.name!r}: {error}") from None
-    names = [cell.name for cell in cells]
-    if config.grid.baseline is not None and config.grid.baseline not in names:
-        raise ValueError(f"grid.baseline names {config.grid.baseline!r}, which is not a cell of this grid; its cells "
-                         f"are: {', '.join(map(repr, names))}.")
     chosen = [] if finished_only else cells_to_run(cells, only)
     todo = [cell for cell, row in zip(cells, rows) if row is None and cell in chosen]
     if finished_only and not all(rows[:2]):
-        raise ValueError(f"The pretrained and plain-LoRA cells of {config.output_dir} have not finished; run "
-                         "`privft compare` without --finished-only first.")
+        raise ValueError(f"The cells every table needs, {cells[0].name!r} and {cells[1].name!r}, of "
+                         f"{config.output_dir} have not finished; run `privft compare` without --finished-only first.")
     save_yaml(config, out / "compare.yaml")  # only once every check passed: a refused config replaces no record
     ran, seconds = [], []
     for index, (cell, path) in enumerate(zip(cells, paths)):
@@ -575,7 +589,7 @@ def run_compare(config: CompareConfig, *, finished_only: bool = False, only: Seq
         atomic_write_text(path, json.dumps(rows[index], indent=1))
         todo.remove(cell)
         ran.append(cell.name)
-        if index >= 1 and todo:  # the table needs the pretrained and the plain-LoRA rows; commit as cells land
+        if index >= 1 and todo:  # the table needs the first two rows (pretrained, reference); commit as cells land
             _write_outputs(_comparison(cells, rows, ran, config))
     return _write_outputs(_comparison(cells, rows, ran, config))
 

@@ -278,6 +278,7 @@ def test_the_documented_grids_load_and_the_scale_grids_share_their_cells():
     assert second.cells_dir != frontier.cells_dir and second.run.data.seed != frontier.run.data.seed
     assert second.run.training.seed != frontier.run.training.seed and second.run.dp.seed != frontier.run.dp.seed
     assert all(cells["frontier-seed1"][name].tune == cells["frontier"][name].tune for name in cells["frontier-seed1"])
+    assert list(cells["frontier-seed1"])[:2] == ["pretrained (not fine-tuned)", "LoRA r=16, tuned"]  # no untuned LoRA
     assert cells["compare-scale"]["LoRA r=16, tuned"].tune.learning_rates == (0.0003, 0.001, 0.003)
     audited = grids["epsilon-audit"]  # issue 32: the scale split, the pilot's design, every cell within canary room
     assert audited.run.data == scale.run.data and audited.cells_dir != scale.cells_dir

@@ -216,3 +216,18 @@ def test_a_finished_cell_tuned_over_other_rates_is_refused(config):
                                                 "tune": {"learning_rates": [3e-3]}}))
     with pytest.raises(ValueError, match=r"tuned over learning rates \[0.003\].*now tuned over \[0.01\]"):
         run_compare(retuned, finished_only=True)
+
+
+def test_a_grid_without_its_untuned_lora_cell_runs_its_tuned_baseline_second_and_measures_against_it(config):
+    """A second seed's grid needs only the tuned baseline: no one-run plain-LoRA cell is trained or audited."""
+    tuned = CellSpec("LoRA tuned", "lora", tune=TuneSettings(learning_rates=(1e-2,)))
+    other = CellSpec("LoRA r=2", "lora", set={"training.lora.rank": 2, "training.lora.alpha": 4})
+    lean = replace(config, grid=replace(config.grid, cells=(other, tuned), untuned_lora=False))
+    with pytest.raises(ValueError, match=r"grid.untuned_lora is false.*name the cell.*in grid.baseline"):
+        grid_cells(lean)
+    lean = replace(lean, grid=replace(lean.grid, baseline="LoRA tuned"))
+    assert [cell.name for cell in grid_cells(lean)] == ["pretrained (not fine-tuned)", "LoRA tuned", "LoRA r=2"]
+    comparison = run_compare(lean, only=["LoRA tuned"])  # the first two cells are the reference every table needs
+    assert comparison.ran == ["pretrained (not fine-tuned)", "LoRA tuned"] and comparison.pending == ["LoRA r=2"]
+    assert comparison.measures_against_requested and not (Path(lean.cells_path) / "lora-r-4").exists()
+    assert "ΔAUC vs LoRA tuned [paired 95 % CI]" in (Path(lean.output_dir) / "compare.md").read_text()
