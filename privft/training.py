@@ -27,6 +27,7 @@ from transformers.trainer_utils import sort_checkpoints
 
 from privft.config import require
 from privft.data.records import Record
+from privft.heap import ReleaseFreedMemory
 from privft.progress import bars_draw
 from privft.scoring import start_token
 from privft.scoring.render import record_rendering, render_records
@@ -201,7 +202,7 @@ def build_trainer(
         eval_dataset=eval_dataset,
         processing_class=tokenizer,
         data_collator=training_collator(tokenizer, train_dataset),
-        callbacks=list(callbacks),
+        callbacks=[*callbacks, ReleaseFreedMemory()],
     )
 
 

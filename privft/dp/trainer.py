@@ -31,6 +31,7 @@ from privft.dp.engine import SAMPLING, DPLoraEngine
 from privft.dp.loss import sequence_losses
 from privft.dp.sampling import is_empty, poisson_dataloader
 from privft.dp.settings import DPSettings
+from privft.heap import add_release_callback
 from privft.io import atomic_write_text
 from privft.training import last_complete_checkpoint
 
@@ -198,4 +199,5 @@ def make_private(trainer: Trainer, settings: DPSettings | None = None, **fields:
     trainer.__class__ = _private_class(type(trainer))
     trainer.dp = engine
     trainer.add_callback(DPLoraCallback(engine))
+    add_release_callback(trainer)  # its per-chunk activations leave the most freed memory behind
     return trainer
