@@ -53,6 +53,8 @@ class ReleaseFreedMemory(TrainerCallback):
 
 
 def add_release_callback(trainer: Any) -> None:
-    """Give `trainer` a `ReleaseFreedMemory` unless it has one."""
-    if not any(isinstance(callback, ReleaseFreedMemory) for callback in trainer.callback_handler.callbacks):
-        trainer.add_callback(ReleaseFreedMemory())
+    """Give `trainer` a `ReleaseFreedMemory` unless it has one, ahead of its other callbacks (an audit at train end
+    then runs on the released heap)."""
+    callbacks = trainer.callback_handler.callbacks
+    if not any(isinstance(callback, ReleaseFreedMemory) for callback in callbacks):
+        callbacks.insert(0, ReleaseFreedMemory())

@@ -202,7 +202,7 @@ def build_trainer(
         eval_dataset=eval_dataset,
         processing_class=tokenizer,
         data_collator=training_collator(tokenizer, train_dataset),
-        callbacks=[*callbacks, ReleaseFreedMemory()],
+        callbacks=[ReleaseFreedMemory(), *callbacks],  # first: its pages are back before an audit at train end
     )
 
 
