@@ -216,3 +216,13 @@ def test_seed_orderings_names_the_orderings_that_hold_and_those_that_reverse(tmp
     assert "- members caught at 1 % FPR (fewer: more private): DP better than SOFT at seed A, not at seed B" in out
     assert "- task accuracy (higher: more useful): LoRA better than SOFT\n" in out
     assert "test perplexity" not in out  # no comparison measured it
+
+
+def test_paused_runs_its_command_only_with_room_beside_the_paused_experiment(tmp_path):
+    marker = tmp_path / "ran"
+    command = ["bash", str(SCRIPTS / "paused.sh"), "touch", str(marker)]
+    refused = subprocess.run(command, capture_output=True, text=True, env={"PATH": "/usr/bin:/bin",
+                                                                            "PAUSED_MIN_FREE_GIB": "1000000"})
+    assert refused.returncode == 75 and "the OOM killer" in refused.stderr and not marker.exists()
+    subprocess.run(command, check=True, env={"PATH": "/usr/bin:/bin", "PAUSED_MIN_FREE_GIB": "0"})
+    assert marker.exists()
