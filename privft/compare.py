@@ -32,7 +32,7 @@ from privft.data import MembershipSplit
 from privft.defend.rules import get_rule
 from privft.io import atomic_write_bytes, atomic_write_text
 from privft.metrics import (AccuracyResult, AttackMetrics, evaluate_attack, paired_auc_difference,
-                            paired_perplexity_ratio)
+                            paired_perplexity_ratio, wilson_interval)
 from privft.models import cache_dir, load_model
 from privft.paper.adaptive import adaptive_scores
 from privft.paraphrase import ParaphraseCache
@@ -896,13 +896,17 @@ def privacy_utility_png(comparison: Comparison) -> bytes:
     number = 0
     numbers_at: dict[tuple[float, float], list[str]] = {}  # cells at one point (a tuned run that equals an untuned)
     for row in comparison.rows:
-        tpr = row["strongest"]["tpr"][0]["tpr"]
+        rate = row["strongest"]["tpr"][0]
+        tpr = rate["tpr"]
         value, low, high = utility(row)
         if tpr is None or not math.isfinite(value):
             continue
         number += 1
         color, marker = FAMILY_STYLE[row["family"]]
-        ax.errorbar(value, tpr, xerr=[[value - low], [high - value]], color=color, alpha=0.4, linewidth=1)
+        # the rate's own uncertainty over the members (Wilson), which at the tail spans most differences between cells
+        tpr_low, tpr_high = wilson_interval(rate["true_positives"], rate["n_members"])
+        ax.errorbar(value, tpr, xerr=[[value - low], [high - value]], yerr=[[tpr - tpr_low], [tpr_high - tpr]],
+                    color=color, alpha=0.4, linewidth=1)
         ax.scatter(value, tpr, color=color, marker=marker, s=50,
                    facecolors="none" if not row["learned"] else color, label=f"{number}  {row['name']}")
         numbers_at.setdefault((value, tpr), []).append(str(number))
@@ -910,7 +914,8 @@ def privacy_utility_png(comparison: Comparison) -> bytes:
         ax.annotate(", ".join(numbers), point, fontsize=8, xytext=(5, 3), textcoords="offset points")
     ax.axhline(first["max_fpr"], color="grey", linestyle="--", label="chance (TPR = FPR ceiling)")
     ax.set(xlabel=label,
-           ylabel=f"TPR @ FPR ≤ {first['max_fpr'] * 100:g} %, strongest attack ({first['n_members']} members)",
+           ylabel=f"TPR @ FPR ≤ {first['max_fpr'] * 100:g} %, strongest attack\n({first['n_members']} members, "
+                  "95 % Wilson CI)",
            title="Privacy–utility: each cell audited on the same split")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     buffer = io.BytesIO()
