@@ -27,7 +27,7 @@ from transformers.trainer_utils import sort_checkpoints
 
 from privft.config import require
 from privft.data.records import Record
-from privft.heap import ReleaseFreedMemory
+from privft.heap import add_release_callback
 from privft.progress import bars_draw
 from privft.scoring import start_token
 from privft.scoring.render import record_rendering, render_records
@@ -195,15 +195,17 @@ def build_trainer(
         disable_tqdm=not bars_draw(),  # the Trainer's bars on a terminal; elsewhere its logs, printed
         max_grad_norm=max_grad_norm,
     )
-    return Trainer(
+    trainer = Trainer(
         model=model,
         args=args,
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
         processing_class=tokenizer,
         data_collator=training_collator(tokenizer, train_dataset),
-        callbacks=[ReleaseFreedMemory(), *callbacks],  # first: its pages are back before an audit at train end
+        callbacks=list(callbacks),
     )
+    add_release_callback(trainer)
+    return trainer
 
 
 def finetune(
