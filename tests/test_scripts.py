@@ -226,3 +226,24 @@ def test_paused_runs_its_command_only_with_room_beside_the_paused_experiment(tmp
     assert refused.returncode == 75 and "the OOM killer" in refused.stderr and not marker.exists()
     subprocess.run(command, check=True, env={"PATH": "/usr/bin:/bin", "PAUSED_MIN_FREE_GIB": "0"})
     assert marker.exists()
+
+
+def test_goldfish_dropped_loss_groups_a_test_token_by_its_mask_and_whether_members_trained_after_its_context():
+    import importlib.util
+
+    from privft.defend.goldfish import GoldfishSettings, goldfish_mask
+
+    spec = importlib.util.spec_from_file_location("goldfish_dropped_loss", SCRIPTS / "goldfish_dropped_loss.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    settings = GoldfishSettings(k=2, h=2)
+    member = list(range(10, 40))
+    seen = script.trained_contexts([member], [[False] * 5 + [True] * 25], settings.h)
+    novel = list(range(100, 130))
+    scored = list(range(5, 30))  # the member's trained positions
+    for ids, dropped_group in ((member, 1), (novel, 2)):
+        groups = script.token_groups(ids, scored, settings, seen)
+        dropped = goldfish_mask(ids, settings)
+        assert groups == [dropped_group if dropped[i] else 0 for i in scored] and dropped_group in groups
+    # a dropped token whose context only the member's untrained prefix followed is in a new context
+    assert goldfish_mask(member, settings)[3] and script.token_groups(member, [3], settings, seen) == [2]
