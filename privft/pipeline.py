@@ -6,7 +6,7 @@ import json
 import math
 import warnings
 from collections.abc import Sequence
-from dataclasses import astuple, dataclass, field, replace
+from dataclasses import asdict, astuple, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ from privft.data.records import FORMATS, Record
 from privft.data.pii import PII_FORMATS, PIICanaryPlan
 from privft.data.sources import load_source
 from privft.defend.evidence import finding_for
-from privft.defend.goldfish import GoldfishSettings, add_goldfish
+from privft.defend.goldfish import DropCounts, GoldfishSettings, add_goldfish, drop_counts
 from privft.defend.rules import check_schedule, get_rule
 from privft.defend.schedule import SoftSchedule, check_loss_source
 from privft.dp import DPSettings, make_private
@@ -235,7 +235,7 @@ class RunResult:
 
 
 def training_record(config: RunConfig, n_texts: int, soft: SelectiveObfuscationCallback | None,
-                    privacy: dict | None) -> TrainingRecord:
+                    privacy: dict | None, goldfish_drops: DropCounts | None = None) -> TrainingRecord:
     """How this run trained and defended its model, for the report and the model card."""
     lora, settings = config.training.lora, config.soft
     soft_record = None
@@ -249,7 +249,7 @@ def training_record(config: RunConfig, n_texts: int, soft: SelectiveObfuscationC
             n_served_obfuscated=last.get("n_served_changed", 0), n_selections=len(soft.history),
             failed_rewrites=settings.failed_rewrites, n_served_failed=last.get("n_served_failed_rewrites", 0),
             n_skipped_failed=last.get("n_skipped_failed_rewrites", 0))
-    canaries = config.canaries
+    canaries, drops = config.canaries, asdict(goldfish_drops) if goldfish_drops else {}
     planted = (f"{canaries.n_canaries} canaries × {canaries.copies} copies"
                + (f" ({canaries.design} design)" if canaries.design != "random" else "")
                + (", each inserted with probability ½ (one-run ε audit)" if canaries.one_run else ""))
@@ -258,7 +258,7 @@ def training_record(config: RunConfig, n_texts: int, soft: SelectiveObfuscationC
         n_training_texts=n_texts, lora_rank=lora.rank if lora else None, lora_alpha=lora.alpha if lora else None,
         lora_targets=tuple(lora.targets) if lora else None, soft=soft_record,
         dp=DPRecord.from_summary(privacy) if privacy else None,
-        goldfish=GoldfishRecord(config.goldfish.k, config.goldfish.h) if config.goldfish.on else None,
+        goldfish=GoldfishRecord(config.goldfish.k, config.goldfish.h, **drops) if config.goldfish.on else None,
         canaries=planted if canaries.n_canaries else None)
 
 
@@ -441,7 +441,9 @@ def _train_and_audit(config: RunConfig, split: MembershipSplit | None, extra_cal
     validation = None if audit else tokenize_for_training(tokenizer, split.validation, config.training.max_length)
     trainer = build_trainer(model, tokenizer, dataset, config.training, callbacks,
                             max_grad_norm=0.0 if private else 1.0, eval_dataset=validation)  # DP clips per sequence
+    goldfish_drops = None
     if config.goldfish.on:  # wraps the collator, so DP-LoRA's Poisson batches are masked too
+        goldfish_drops = drop_counts(dataset, config.goldfish)  # the training set as written, before any SOFT swap
         add_goldfish(trainer, config.goldfish)
     if private:
         make_private(trainer, config.dp)
@@ -471,7 +473,7 @@ def _train_and_audit(config: RunConfig, split: MembershipSplit | None, extra_cal
     if config.dp.gradient_canaries:  # the white-box audit, beside the canaries' black-box one
         report.gradient_epsilon_audit = gradient_canary_epsilon_audit(trainer.dp)
         atomic_write_text(out / "gradient_canaries.json", json.dumps(trainer.dp.canaries.state_dict(), indent=1))
-    report.training = replace(training_record(config, len(train_texts), soft_callback, privacy),
+    report.training = replace(training_record(config, len(train_texts), soft_callback, privacy, goldfish_drops),
                               train_seconds=train_seconds, train_cpu_seconds=train_cpu_seconds, resumed_from=checkpoint,
                               times_partial=times_partial)
     report.save(out)  # again, now saying how the model was trained and defended

@@ -109,12 +109,38 @@ class GoldfishRecord:
 
     k: int
     h: int
+    n_trained: int | None = None  # the training set's trained tokens (`privft.defend.goldfish.DropCounts`)
+    n_dropped: int | None = None  # of those, dropped by the mask
+    n_dropped_recurring: int | None = None  # of those, after a context that recurs: dropped in every copy
+
+    RECURRING_WARNING_SHARE = 0.05
+    """The share of trained tokens dropped after a recurring context above which the record warns."""
 
     def markdown(self) -> str:
-        """One bullet line: k, h, and what the mask does."""
-        return (f"- Goldfish loss (Hans et al., 2024): k = {self.k}, h = {self.h}; the loss skips 1 in {self.k} "
+        """One bullet line: k, h, what the mask does, and how it fell on the training set."""
+        line = (f"- Goldfish loss (Hans et al., 2024): k = {self.k}, h = {self.h}; the loss skips 1 in {self.k} "
                 f"trained tokens, those whose {self.h} preceding token ids hash to 0 mod {self.k}, so every copy of "
                 "a passage skips the same tokens.")
+        if self.n_trained:
+            line += (f" Of the training set's {self.n_trained:,} trained tokens it dropped {self.n_dropped:,}, "
+                     f"{self.n_dropped_recurring:,} ({self._recurring_share:.1%}) after a context that recurs in "
+                     "the training set, so the model was trained on none of their copies.")
+        return line
+
+    @property
+    def _recurring_share(self) -> float:
+        return (self.n_dropped_recurring or 0) / self.n_trained if self.n_trained else 0.0
+
+    def warnings(self) -> list[str]:
+        """A warning when many trained tokens were dropped in every copy: what recurring sentences state is lost."""
+        if self._recurring_share < self.RECURRING_WARNING_SHARE:
+            return []
+        return [f"GOLDFISH ON RECURRING TEXT: {self._recurring_share:.1%} of the trained tokens "
+                f"({self.n_dropped_recurring:,} of {self.n_trained:,}) follow a {self.h}-token context that recurs "
+                "in the training set, and Goldfish drops them in every copy, so the model never learns them there: "
+                "what recurring sentences state (templated answers, boilerplate facts) is withheld with them. "
+                "Measure the task the fine-tune is for, raise goldfish.k, or choose another defence "
+                "(docs/goldfish.md)."]
 
 
 @dataclass(frozen=True)
@@ -141,8 +167,8 @@ class TrainingRecord:
         return {**asdict(self), "lora_targets": list(self.lora_targets) if self.lora_targets else None}
 
     def warnings(self) -> list[str]:
-        """The warnings of how it was trained that change how the audit reads: a void DP guarantee."""
-        return self.dp.warnings() if self.dp else []
+        """The warnings of how it was trained that change how the audit reads: a void DP guarantee, Goldfish's drops."""
+        return [*(self.dp.warnings() if self.dp else []), *(self.goldfish.warnings() if self.goldfish else [])]
 
     def markdown(self) -> str:
         """The 'how it was trained and defended' lines of report.md and the model card."""

@@ -17,9 +17,11 @@ from privft.audit import AuditConfig
 from privft.compare import CellSpec, CompareConfig, GridSettings, grid_cells
 from privft.config import ConfigError, load_yaml, save_yaml
 from privft.defend import GoldfishSettings, add_goldfish, goldfish_labels, goldfish_mask
+from privft.defend.goldfish import drop_counts
 from privft.dp import make_private
 from privft.pipeline import DataSettings, RunConfig, run_training
 from privft.training import FinetuneSettings, LoraSettings, build_trainer, tokenize_for_training
+from privft.training_record import GoldfishRecord, TrainingRecord
 
 
 def _drops(ids, settings: GoldfishSettings) -> list[int]:
@@ -47,6 +49,31 @@ def test_about_one_in_k_tokens_are_dropped_and_never_the_first_h(k):
     mask = goldfish_mask(np.random.default_rng(k).integers(0, 50_000, 20_000).tolist(), settings)
     assert abs(np.mean(mask) - 1 / k) < 0.015
     assert not any(mask[:settings.h])
+
+
+def test_drop_counts_count_a_recurring_contexts_drops_as_recurring_and_skip_untrained_tokens():
+    settings = GoldfishSettings(k=4, h=3)
+    rng = np.random.default_rng(1)
+    sentence = rng.integers(0, 50_000, 60).tolist()  # one sentence, repeated in every row: a template
+    rows = [{"input_ids": rng.integers(0, 50_000, 5).tolist() + sentence} for _ in range(6)]
+    counts = drop_counts(rows, settings)
+    in_sentence = [i for i in _drops(rows[0]["input_ids"], settings) if i >= 5 + settings.h]  # context all sentence
+    assert counts.n_trained == 6 * 64 and counts.n_dropped == sum(len(_drops(r["input_ids"], settings)) for r in rows)
+    assert counts.n_dropped_recurring == 6 * len(in_sentence) and counts.recurring_share > 0.15
+    fresh = [{"input_ids": rng.integers(0, 50_000, 65).tolist()} for _ in range(6)]
+    assert drop_counts(fresh, settings).n_dropped_recurring == 0
+    # with labels, only trained tokens count: a prompt's tokens are never dropped, nor are contexts they end
+    prompted = [{**row, "labels": [-100] * 40 + row["input_ids"][40:]} for row in rows]
+    masked = drop_counts(prompted, settings)
+    assert masked.n_trained == 6 * 25 and masked.n_dropped == 6 * sum(i >= 40 for i in in_sentence)
+
+
+def test_the_goldfish_record_warns_when_recurring_drops_pass_five_percent_of_the_trained_tokens():
+    quiet, loud = GoldfishRecord(4, 13, 1_000, 250, 49), GoldfishRecord(4, 13, 1_000, 250, 50)
+    assert quiet.warnings() == [] and GoldfishRecord(4, 13).warnings() == []  # no counts: an older record
+    assert loud.warnings()[0].startswith("GOLDFISH ON RECURRING TEXT: 5.0% of the trained tokens (50 of 1,000)")
+    assert "it dropped 250, 50 (5.0%) after a context that recurs" in loud.markdown()
+    assert TrainingRecord("LoRA", 1, 10, goldfish=loud).warnings() == loud.warnings()
 
 
 def test_a_dropped_token_is_a_trained_one_and_padding_changes_no_mask():
@@ -158,4 +185,5 @@ def test_a_run_with_goldfish_trains_on_masked_batches_and_its_record_says_so(tin
     assert result.report.training.goldfish.k == 4
     assert line in (tmp_path / "run" / "report.md").read_text()
     assert line in (tmp_path / "run" / "model" / "README.md").read_text()
-    assert json.loads((tmp_path / "run" / "report.json").read_text())["training"]["goldfish"] == {"k": 4, "h": 13}
+    record = json.loads((tmp_path / "run" / "report.json").read_text())["training"]["goldfish"]
+    assert record["k"] == 4 and record["h"] == 13 and 0.15 < record["n_dropped"] / record["n_trained"] < 0.35

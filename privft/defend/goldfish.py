@@ -17,7 +17,8 @@ hash reads the ids before a token whatever their labels.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -78,6 +79,46 @@ def goldfish_labels(input_ids: torch.Tensor, labels: torch.Tensor, settings: Gol
             drop = torch.tensor(goldfish_mask(input_ids[row, positions].tolist(), settings), dtype=torch.bool)
             masked[row, positions[drop]] = IGNORE_INDEX
     return masked
+
+
+@dataclass(frozen=True)
+class DropCounts:
+    """How a Goldfish mask falls on a training set, counted over its trained tokens."""
+
+    n_trained: int  # trained tokens (label not -100), each sequence's first excluded: nothing predicts it
+    n_dropped: int  # of those, dropped by the mask
+    n_dropped_recurring: int  # of those, after an h-id context that precedes a trained token more than once
+
+    @property
+    def recurring_share(self) -> float:
+        """The share of the trained tokens dropped after a recurring context: never trained on, in any copy."""
+        return self.n_dropped_recurring / self.n_trained if self.n_trained else 0.0
+
+
+def drop_counts(rows: Iterable[Mapping[str, Any]], settings: GoldfishSettings) -> DropCounts:
+    """Count the mask's drops on training rows (`input_ids`, and `labels` where the rows mask untrained tokens).
+
+    A context met more than once drops the token after it in every copy, so the model is never trained
+    on what follows it there: the recurring drops are the knowledge a recurring sentence states that
+    Goldfish withholds (docs/goldfish.md measures what they cost on templated replies).
+    """
+    require(settings.on, "k", settings.k, "must be set to count a Goldfish mask's drops.")
+    contexts: Counter[bytes] = Counter()
+    dropped: list[bytes] = []
+    n_trained = 0
+    for row in rows:
+        ids = list(row["input_ids"])
+        labels = row.get("labels")
+        trained = [True] * len(ids) if labels is None else [label != IGNORE_INDEX for label in labels]
+        mask, window = goldfish_mask(ids, settings), np.asarray(ids, dtype="<i8")
+        n_trained += sum(trained[1:])
+        for i in range(settings.h, len(ids)):
+            if trained[i]:
+                context = window[i - settings.h:i].tobytes()
+                contexts[context] += 1
+                if mask[i]:
+                    dropped.append(context)
+    return DropCounts(n_trained, len(dropped), sum(contexts[context] > 1 for context in dropped))
 
 
 class GoldfishCollator:
