@@ -114,7 +114,7 @@ class GoldfishRecord:
     n_dropped_recurring: int | None = None  # of those, after a context that recurs: dropped in every copy
 
     RECURRING_WARNING_SHARE = 0.05
-    """The share of trained tokens dropped after a recurring context above which the record warns."""
+    """The share of trained tokens dropped after a recurring context from which the record warns."""
 
     def markdown(self) -> str:
         """One bullet line: k, h, what the mask does, and how it fell on the training set."""
