@@ -461,6 +461,11 @@ def _paired_vs(baseline: dict[str, Any], attack: str, per_text: dict[str, Any]) 
             "significant": difference.significant}
 
 
+def finished_cell_config(cell_dir: Path) -> RunConfig:
+    """The run config a finished cell folder's `cell.json` saved, with today's defaults for settings added since."""
+    return from_dict(RunConfig, json.loads((cell_dir / "cell.json").read_text(encoding="utf-8"))["config"], saved=True)
+
+
 def _finished_row(path: Path, cell: Cell) -> dict[str, Any] | None:
     """The row a finished cell saved, or None if it has not finished; a cell run with another config is refused.
 

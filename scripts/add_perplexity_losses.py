@@ -18,11 +18,12 @@ import math
 from pathlib import Path
 
 from privft.audit import AuditConfig, held_out_perplexity
+from privft.compare import finished_cell_config
 from privft.config import from_dict
 from privft.data.split import text_sha256
 from privft.io import atomic_write_text
 from privft.models import load_model
-from privft.pipeline import RunConfig, load_split
+from privft.pipeline import load_split
 from privft.scoring import score_texts, start_token_rule
 
 TOLERANCE = 1e-5
@@ -36,7 +37,7 @@ def add_losses(cell: Path) -> str:
     saved = report["perplexity"]
     if saved.get("nll_sums"):
         return f"{cell.name}: already has per-text losses"
-    run = from_dict(RunConfig, json.loads((cell / "cell.json").read_text(encoding="utf-8"))["config"], saved=True)
+    run = finished_cell_config(cell)
     split = load_split(run.data)
     if [text_sha256(t) for t in split.labels_and_texts()[0]] != report["per_text"]["sha256"]:
         raise ValueError(f"{cell}: its config's split is not the one its report audited; nothing was written.")

@@ -11,13 +11,12 @@ Each cell's split is rebuilt from its cell.json and its members tokenized as its
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
-from privft.config import from_dict
+from privft.compare import finished_cell_config
 from privft.defend.goldfish import GoldfishSettings, drop_counts
 from privft.models import load_model
-from privft.pipeline import RunConfig, load_split, record_rendering_of
+from privft.pipeline import load_split, record_rendering_of
 from privft.scoring import start_token_rule
 from privft.scoring.render import rendering_context
 from privft.training import tokenize_for_training
@@ -32,7 +31,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     settings = GoldfishSettings(k=args.k, h=args.h)
     for cell in args.cells:
-        run = from_dict(RunConfig, json.loads((cell / "cell.json").read_text(encoding="utf-8"))["config"], saved=True)
+        run = finished_cell_config(cell)
         tokenizer = load_model(run.model)[1]
         with start_token_rule(run.start_token), rendering_context(record_rendering_of(run)):
             rows = tokenize_for_training(tokenizer, list(load_split(run.data).members), run.training.max_length)

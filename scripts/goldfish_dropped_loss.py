@@ -16,40 +16,30 @@ no audit score and changes no file.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import numpy as np
 
-from privft.config import from_dict
-from privft.defend.goldfish import GoldfishSettings, goldfish_mask
+from privft.compare import finished_cell_config
+from privft.defend.goldfish import GoldfishSettings, goldfish_mask, token_contexts
 from privft.models import load_model
-from privft.pipeline import RunConfig, load_split, record_rendering_of
+from privft.pipeline import load_split, record_rendering_of
 from privft.scoring import score_texts, start_token_rule
 from privft.scoring.render import render_records, rendering_context
 
 GROUPS = ("kept", "dropped, seen context", "dropped, new context")
 
 
-def cell_config(cell: Path) -> RunConfig:
-    """The run config a finished cell was trained with (its cell.json)."""
-    return from_dict(RunConfig, json.loads((cell / "cell.json").read_text(encoding="utf-8"))["config"], saved=True)
-
-
 def trained_contexts(ids_list: list[list[int]], trained: list[list[bool]], h: int) -> set[bytes]:
     """The `h` ids before every trained token of the given records, as bytes."""
-    seen = set()
-    for ids, mask in zip(ids_list, trained):
-        window = np.asarray(ids, dtype="<i8")
-        seen.update(window[i - h:i].tobytes() for i in range(h, len(ids)) if mask[i])
-    return seen
+    return {context for ids, mask in zip(ids_list, trained)
+            for context, is_trained in zip(token_contexts(ids, h), mask) if is_trained and context is not None}
 
 
 def token_groups(ids: list[int], scored: list[int], settings: GoldfishSettings, seen: set[bytes]) -> list[int]:
     """The group (index into GROUPS) of each scored position of one record."""
-    dropped = goldfish_mask(ids, settings)
-    window = np.asarray(ids, dtype="<i8")
-    return [0 if not dropped[i] else 1 if window[i - settings.h:i].tobytes() in seen else 2 for i in scored]
+    dropped, contexts = goldfish_mask(ids, settings), token_contexts(ids, settings.h)
+    return [0 if not dropped[i] else 1 if contexts[i] in seen else 2 for i in scored]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -58,7 +48,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("goldfish_cell", type=Path)
     parser.add_argument("other_cells", nargs="*", type=Path)
     args = parser.parse_args(argv)
-    run = cell_config(args.goldfish_cell)
+    run = finished_cell_config(args.goldfish_cell)
     if not run.goldfish.on:
         raise SystemExit(f"{args.goldfish_cell}: its config has no Goldfish loss (goldfish.k is null); name a "
                          "Goldfish cell first.")
@@ -66,7 +56,7 @@ def main(argv: list[str] | None = None) -> None:
     rendering = record_rendering_of(run)
     groups: list[list[int]] | None = None
     for cell in [args.goldfish_cell, *args.other_cells]:
-        config = cell_config(cell)
+        config = finished_cell_config(cell)
         if config.data != run.data:
             raise SystemExit(f"{cell}: its split is not {args.goldfish_cell}'s; compare cells of one split.")
         model, tokenizer = load_model(str(cell / "model" if (cell / "model").is_dir() else config.model))

@@ -53,13 +53,21 @@ class GoldfishSettings:
         return self.k is not None
 
 
+def token_contexts(ids: Sequence[int], h: int) -> list[bytes | None]:
+    """Each token's context, what the mask hashes: the `h` ids before it as bytes (None for the first `h` tokens)."""
+    window = np.asarray(ids, dtype="<i8")
+    return [None] * min(h, len(window)) + [window[i - h:i].tobytes() for i in range(h, len(window))]
+
+
+def _drops_after(context: bytes | None, k: int) -> bool:
+    """Whether the mask drops the token after `context`: BLAKE2b of it is 0 mod `k` (never with no full context)."""
+    return context is not None and int.from_bytes(hashlib.blake2b(context, digest_size=8).digest(), "little") % k == 0
+
+
 def goldfish_mask(ids: Sequence[int], settings: GoldfishSettings) -> list[bool]:
     """Whether each token of one sequence is dropped: BLAKE2b of the `h` ids before it is 0 mod `k`."""
     require(settings.on, "k", settings.k, "must be set to build a Goldfish mask.")
-    window = np.asarray(ids, dtype="<i8")
-    return [False] * min(settings.h, len(window)) + [
-        int.from_bytes(hashlib.blake2b(window[i - settings.h:i].tobytes(), digest_size=8).digest(), "little")
-        % settings.k == 0 for i in range(settings.h, len(window))]
+    return [_drops_after(context, settings.k) for context in token_contexts(ids, settings.h)]
 
 
 def goldfish_labels(input_ids: torch.Tensor, labels: torch.Tensor, settings: GoldfishSettings,
@@ -107,16 +115,14 @@ def drop_counts(rows: Iterable[Mapping[str, Any]], settings: GoldfishSettings) -
     dropped: list[bytes] = []
     n_trained = 0
     for row in rows:
-        ids = list(row["input_ids"])
         labels = row.get("labels")
-        trained = [True] * len(ids) if labels is None else [label != IGNORE_INDEX for label in labels]
-        mask, window = goldfish_mask(ids, settings), np.asarray(ids, dtype="<i8")
+        trained = ([True] * len(row["input_ids"]) if labels is None
+                   else [label != IGNORE_INDEX for label in labels])
         n_trained += sum(trained[1:])
-        for i in range(settings.h, len(ids)):
-            if trained[i]:
-                context = window[i - settings.h:i].tobytes()
+        for context, is_trained in zip(token_contexts(row["input_ids"], settings.h), trained):
+            if is_trained and context is not None:
                 contexts[context] += 1
-                if mask[i]:
+                if _drops_after(context, settings.k):
                     dropped.append(context)
     return DropCounts(n_trained, len(dropped), sum(contexts[context] > 1 for context in dropped))
 
