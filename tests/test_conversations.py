@@ -434,7 +434,7 @@ def test_the_compare_table_shows_test_perplexity_and_task_accuracy_beside_the_ba
 
 
 def test_a_tuned_goldfish_cell_on_records_chooses_by_validation_and_reports_the_task(chat_model_dir, tmp_path,
-                                                                                      one_thread):
+                                                                                      one_thread, capsys):
     """The frontier's path (issue 31): a tuned cell on prompt–completion records, Goldfish on the completion mask."""
     run = _tickets_with_a_test_side(chat_model_dir, tmp_path)
     cell = CellSpec("Goldfish k=4, tuned", family="goldfish", set={"goldfish.k": 4, "goldfish.h": 13},
@@ -455,3 +455,10 @@ def test_a_tuned_goldfish_cell_on_records_chooses_by_validation_and_reports_the_
     assert any(w.startswith("GOLDFISH ON RECURRING TEXT") for w in report["warnings"])
     assert report["task_accuracy"]["on"] == "test" and report["task_accuracy"]["accuracy"]["n_total"] == 4
     assert row["task_accuracy"]["n_total"] == 4 and row["test_perplexity"] > 0
+    # scripts/task_accuracy_by_epoch.py measures a kept epoch's checkpoint as the audit measured the chosen one
+    by_epoch = runpy.run_path(str(Path(__file__).parent.parent / "scripts" / "task_accuracy_by_epoch.py"))
+    capsys.readouterr()
+    by_epoch["main"]([str(Path(row["report"]).parent), "--epochs", str(best["epoch"])])
+    printed = capsys.readouterr().out
+    assert f"chosen epoch {best['epoch']}; task accuracy on 4 test tickets" in printed
+    assert f"({row['task_accuracy']['n_correct']}/4); wrong: " in printed

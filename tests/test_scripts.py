@@ -247,3 +247,13 @@ def test_goldfish_dropped_loss_groups_a_test_token_by_its_mask_and_whether_membe
         assert groups == [dropped_group if dropped[i] else 0 for i in scored] and dropped_group in groups
     # a dropped token whose context only the member's untrained prefix followed is in a new context
     assert goldfish_mask(member, settings)[3] and script.token_groups(member, [3], settings, seen) == [2]
+
+
+def test_task_accuracy_by_epoch_names_each_missed_fix_with_its_member_count():
+    import runpy
+    from collections import Counter
+
+    wrong_by_fix = runpy.run_path(str(SCRIPTS / "task_accuracy_by_epoch.py"))["wrong_by_fix"]
+    assert wrong_by_fix(["a", "b", "b", "c"], [True, False, False, False], Counter({"b": 3, "a": 9})) == (
+        "2/2 (3 members) b…; 1/1 (0 members) c…")
+    assert wrong_by_fix(["a"], [True], Counter()) == "none"
