@@ -89,9 +89,14 @@ def epochs_tuned(config: RunConfig) -> bool:
     return config.dp.target_epsilon is None
 
 
+def rate_folder(output_dir: str | Path, rate: float) -> Path:
+    """The folder of one learning rate's run in a tuned cell's `output_dir`: `<output_dir>/tune/lr-<rate>`."""
+    return Path(output_dir) / "tune" / f"lr-{rate:g}"
+
+
 def rate_config(config: RunConfig, rate: float) -> RunConfig:
-    """The run of one learning rate: `config` at `rate`, in its own folder under `<output_dir>/tune/`."""
-    folder = Path(config.training.output_dir) / "tune" / f"lr-{rate:g}"
+    """The run of one learning rate: `config` at `rate`, in its own folder (`rate_folder`)."""
+    folder = rate_folder(config.training.output_dir, rate)
     return replace(config, training=replace(config.training, learning_rate=rate, output_dir=str(folder)))
 
 

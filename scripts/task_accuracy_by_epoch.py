@@ -21,6 +21,7 @@ from privft.data.tickets_chat import record_fix
 from privft.models import load_model
 from privft.pipeline import load_split
 from privft.task_accuracy import held_out_tickets, measure_task_accuracy
+from privft.tune import FINISHED, rate_folder
 
 
 def wrong_by_fix(fixes: list[str], correct: list[bool], members: Counter[str]) -> str:
@@ -42,7 +43,8 @@ def main(argv: list[str] | None = None) -> None:
     run, rate = finished_cell_config(args.cell), row["tune"]["learning_rate"]
     if run.audit.task is None:
         raise SystemExit(f"{args.cell}: its audit measured no task accuracy (audit.task is null).")
-    kept = json.loads((args.cell / "tune" / f"lr-{rate:g}" / "tune.json").read_text(encoding="utf-8"))["epochs"]
+    folder = rate_folder(args.cell, rate)
+    kept = json.loads((folder / FINISHED).read_text(encoding="utf-8"))["epochs"]
     wanted = [entry for entry in kept if args.epochs is None or entry["epoch"] in args.epochs]
     split = load_split(run.data)
     on, records = held_out_tickets(split)
@@ -51,7 +53,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{args.cell}: learning rate {rate:g}, chosen epoch {row['tune']['epoch']}; task accuracy on {len(fixes)} "
           f"{on} tickets")
     for entry in wanted:
-        checkpoint = args.cell / "tune" / f"lr-{rate:g}" / entry["checkpoint"]
+        checkpoint = folder / entry["checkpoint"]
         if not checkpoint.is_dir():
             raise SystemExit(f"{checkpoint} is gone (records restored without weights); rerun the cell's tuning.")
         model, tokenizer = load_model(str(checkpoint))
