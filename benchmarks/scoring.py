@@ -32,15 +32,14 @@ name and vector extensions) is printed first: record it with every figure.
 from __future__ import annotations
 
 import argparse
-import platform
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
 from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
 from privft.attacks import AttackInputs, get_attack
+from privft.clock import cpu_fields, cpu_model
 from privft.data import load_corpus
 from privft.data.records import Record
 from privft.models import build_tiny_llama, load_model, train_bpe_tokenizer
@@ -59,11 +58,8 @@ VECTOR_FLAGS = ("avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512
 
 def cpu_description() -> str:
     """The CPU's model name and vector extensions (from /proc/cpuinfo where there is one), and torch's kernels."""
-    cpuinfo = Path("/proc/cpuinfo")
-    lines = cpuinfo.read_text().splitlines() if cpuinfo.exists() else []
-    fields = {key.strip(): value.strip() for key, _, value in (line.partition(":") for line in lines)}
-    flags = set(fields.get("flags", "").split())
-    return (f"{fields.get('model name', platform.processor() or 'unknown CPU')}, {torch.get_num_threads()} threads; "
+    flags = set(cpu_fields().get("flags", "").split())
+    return (f"{cpu_model()}, {torch.get_num_threads()} threads; "
             f"vector extensions: {' '.join(f for f in VECTOR_FLAGS if f in flags) or 'unknown'}; "
             f"torch CPU kernels: {torch.backends.cpu.get_cpu_capability()}")
 

@@ -2,10 +2,29 @@
 
 from __future__ import annotations
 
+import platform
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
+
+CPUINFO = Path("/proc/cpuinfo")
+CPU_NOT_RECORDED = "CPU not recorded"  # a record from before runs recorded their CPU
+
+
+def cpu_fields() -> dict[str, str]:
+    """The first processor's fields in /proc/cpuinfo (model name, flags, ...); empty where there is no such file."""
+    lines = CPUINFO.read_text(encoding="utf-8").splitlines() if CPUINFO.exists() else []
+    fields: dict[str, str] = {}
+    for key, _, value in (line.partition(":") for line in lines):
+        fields.setdefault(key.strip(), value.strip())
+    return fields
+
+
+def cpu_model() -> str:
+    """The CPU's model name, recorded beside CPU seconds: they compare only between runs on the same model."""
+    return cpu_fields().get("model name") or platform.processor() or platform.machine() or "unknown CPU"
 
 
 @dataclass

@@ -26,7 +26,7 @@ import numpy as np
 from transformers import PreTrainedModel, TrainerCallback
 
 from privft.audit import run_audit
-from privft.clock import Clock
+from privft.clock import CPU_NOT_RECORDED, Clock, cpu_model
 from privft.config import config_changes, describe_changes, from_dict, save_yaml, to_dict
 from privft.data import MembershipSplit
 from privft.defend.rules import get_rule
@@ -296,7 +296,7 @@ def cell_row(cell: Cell, result: RunResult) -> dict[str, Any]:
         "distribution_shift": report.distribution_shift,
         "canary_exposure": report.canary_exposure, "train_seconds": result.train_seconds,
         "train_cpu_seconds": result.train_cpu_seconds, "resumed_from": result.resumed_from,
-        "times_partial": result.times_partial,
+        "times_partial": result.times_partial, "cpus": [] if cell.family == "pretrained" else [cpu_model()],
         "split": report.split, "report": str(result.output_dir / "report.json"),
     }
 
@@ -588,7 +588,7 @@ def run_compare(config: CompareConfig, *, finished_only: bool = False, only: Seq
             row["train_cpu_seconds"] -= adaptive.clock.cpu_seconds
         if tuned:  # its cost is every learning rate's run: the audit resumes the chosen checkpoint and trains no step
             row.update({key: tuned[key] for key in ("train_seconds", "train_cpu_seconds", "resumed_from",
-                                                    "times_partial")})
+                                                    "times_partial", "cpus")})
         rows[index] = {**row, "tune": tuned, "adaptive": adaptive.result if adaptive else None,
                        "adaptive_seconds": adaptive.clock.seconds if adaptive else None, "cell_seconds": seconds[-1]}
         atomic_write_text(path, json.dumps(rows[index], indent=1))
@@ -686,7 +686,7 @@ def comparison_table(comparison: Comparison) -> str:
     rows = comparison.rows
     fprs = [t["max_fpr"] for t in rows[0]["strongest"]["tpr"]]
     fpr_names = [f"{f * 100:g} %" for f in fprs]
-    label = comparison.baseline_label
+    label, baseline = comparison.baseline_label, comparison.baseline
     held_out = _held_out_columns(rows, label)
     header = ["Cell", "ε (δ)", "Strongest attack: AUC [95 % CI]", *[f"TPR@{f}" for f in fpr_names],
               f"ΔAUC vs {label} [paired 95 % CI]", "Mean AUC", *[f"Mean TPR@{f}" for f in fpr_names],
@@ -717,7 +717,9 @@ def comparison_table(comparison: Comparison) -> str:
                  *[_rate(t, mean=True) for t in m["tpr"]],
                  _perplexity(row), _ratio(row.get("perplexity_vs_lora")),
                  *[column(row) for column in held_out.values()], gain, exposure,
-                 _seconds(row, "train_seconds"), _seconds(row, "train_cpu_seconds"), overhead, "; ".join(notes)]
+                 _seconds(row, "train_seconds"),
+                 _seconds(row, "train_cpu_seconds") + (" ‡" if _cpus(row) not in ((), _cpus(baseline)) else ""),
+                 overhead, "; ".join(notes)]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "TPR cells: rate (true positives / members) at the best threshold whose FPR stays within the "
                   "ceiling on the evaluated non-members, and the 95 % upper bound on that threshold's FPR for new "
@@ -749,6 +751,8 @@ def comparison_table(comparison: Comparison) -> str:
         lines += ["", "†: the cell resumed after a restart from a checkpoint that kept no training clock; its times, "
                       "and its × LoRA, count the part after the restart only (a resume from a checkpoint that kept "
                       "one adds the time spent up to it, and is not marked)."]
+    if {_cpus(row) for row in rows} - {(), _cpus(baseline)}:
+        lines += ["", "‡: trained on another CPU than the baseline. " + cpu_note(rows)]
     if comparison.pending:
         lines += ["", "Pending cells (not yet run; rerun `privft compare` to resume): "
                       f"{', '.join(comparison.pending)}."]
@@ -786,6 +790,23 @@ def _tuned(row: dict[str, Any]) -> str:
         note += (f"; checkpoint retrained: val. loss {tune['retrained_validation_loss']:.4f} (chosen at "
                  f"{tune['chosen_validation_loss']:.4f})")
     return note + (f"; ⚠ {tune['uncounted_privacy']}" if tune.get("uncounted_privacy") else "")
+
+
+def _cpus(row: dict[str, Any]) -> tuple[str, ...]:
+    """The CPU models a row's training seconds were counted on; none for the pretrained row."""
+    if row["family"] == "pretrained":
+        return ()
+    return tuple(row.get("cpus") or (CPU_NOT_RECORDED,))
+
+
+def cpu_note(rows: Sequence[dict[str, Any]]) -> str:
+    """Which CPU each trained row's seconds were counted on: CPU seconds compare only between rows on one model."""
+    by_cpus: dict[tuple[str, ...], list[str]] = {}
+    for row in rows:
+        if _cpus(row):
+            by_cpus.setdefault(_cpus(row), []).append(row["name"])
+    return ("CPU seconds compare only between rows trained on one CPU model; trained on "
+            + "; ".join(f"{' and '.join(cpus)}: {', '.join(names)}" for cpus, names in by_cpus.items()) + ".")
 
 
 def _seconds(row: dict[str, Any], key: str) -> str:
@@ -829,6 +850,9 @@ def pick_table(rows: list[dict[str, Any]], names: Sequence[str]) -> str:
                   f"{n_non_members} non-members, with the 95 % upper bound on its FPR for new non-members. "
                   "Training: the process's CPU hours (wall hours), a tuned row's over every learning rate it tried; "
                   "†: the part after a restart only."]
+    picked = [by_name[name] for name in names]
+    if len({_cpus(row) for row in picked} - {()}) > 1:
+        lines += ["", cpu_note(picked)]
     return "\n".join(lines) + "\n"
 
 

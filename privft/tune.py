@@ -31,6 +31,7 @@ from transformers import TrainerCallback
 from transformers.trainer import TRAINER_STATE_NAME
 from transformers.trainer_utils import sort_checkpoints
 
+from privft.clock import CPU_NOT_RECORDED, cpu_model
 from privft.config import require
 from privft.dp.callback import STATE_FILE as DP_STATE_FILE
 from privft.io import atomic_write_text
@@ -121,7 +122,7 @@ def tuning_run(config: RunConfig) -> dict[str, Any]:
     result = train_epochs(config, resume_from=last_complete_checkpoint(out, (DP_STATE_FILE,) if private else ()))
     record = {"learning_rate": config.training.learning_rate, "epochs": epoch_losses(out),
               "train_seconds": result.train_seconds, "train_cpu_seconds": result.train_cpu_seconds,
-              "resumed_from": result.resumed_from, "times_partial": result.times_partial}
+              "resumed_from": result.resumed_from, "times_partial": result.times_partial, "cpu": cpu_model()}
     atomic_write_text(out / FINISHED, json.dumps(record, indent=1))
     return record
 
@@ -191,6 +192,7 @@ def run_tuned(config: RunConfig, settings: TuneSettings, *, extra_callbacks: Seq
         "train_cpu_seconds": sum(run["train_cpu_seconds"] for run in runs),
         "resumed_from": resumed[0] if resumed else None,
         "times_partial": any(times_partial(run) for run in runs),
+        "cpus": sorted({run.get("cpu", CPU_NOT_RECORDED) for run in runs}),  # the CPUs its seconds were counted on
         # the chosen epoch's validation loss when its checkpoint had to be trained again (not counted in the times)
         "retrained_validation_loss": retrained, "chosen_validation_loss": chosen["validation_loss"],
         "uncounted_privacy": UNCOUNTED_PRIVACY if config.dp.target_epsilon is not None else None}

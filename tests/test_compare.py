@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from privft.audit import AuditConfig
+from privft.clock import cpu_model
 from privft.compare import (
     NO_TRAINING,
     PRETRAINED,
@@ -91,6 +92,15 @@ def test_grid_runs_every_cell_audited_alike_and_resumes(config):
     assert pick[3].endswith("| none |")
     with pytest.raises(ValueError, match=r"\['LoRA r=5'\] are not among the finished cells"):
         pick_table(comparison.rows, ["LoRA r=5"])
+    assert {tuple(row["cpus"]) for row in comparison.rows} == {(), (cpu_model(),)} and "‡" not in table
+    elsewhere = [dict(row, cpus=["Other CPU"]) if row["name"] == "full fine-tuning" else row
+                 for row in comparison.rows]  # a cell trained on another machine: its CPU seconds are not comparable
+    marked = comparison_table(Comparison(elsewhere, [], out, []))
+    assert "| full fine-tuning |" in marked and marked.count(" ‡ |") == 1
+    assert f"trained on {cpu_model()}: LoRA r=4, SOFT release (r=4)," in marked
+    assert "Other CPU: full fine-tuning." in marked
+    assert "Other CPU: full fine-tuning." in pick_table(elsewhere, ["LoRA r=4", "full fine-tuning"])
+    assert "CPU seconds compare" not in pick_table(elsewhere, ["LoRA r=4", PRETRAINED])
     assert json.loads((out / "compare.json").read_text())["rows"][4]["privacy"]["privacy_unit"] == \
         "one training sequence"
 

@@ -15,6 +15,7 @@ from safetensors.torch import load_file
 
 import privft.tune
 from privft.audit import AuditConfig
+from privft.clock import cpu_model
 from privft.compare import CellSpec, CompareConfig, GridSettings, _tuned, grid_cells, run_compare
 from privft.config import ConfigError, from_dict, load_yaml, save_yaml, to_dict
 from privft.pipeline import DataSettings, DPSettings, RunConfig, SoftSettings
@@ -65,9 +66,10 @@ def test_tuned_lora_cell_audits_the_least_validation_loss_checkpoint_and_a_rerun
     assert row["train_seconds"] == pytest.approx(sum(json.loads((cell / "tune" / f"lr-{r:g}" / FINISHED).read_text())
                                                      ["train_seconds"] for r in (1e-4, 3e-2)))
     assert row["config"] == to_dict(grid_cells(config)[-1].config)  # the cell's own settings, which a rerun checks
+    assert row["cpus"] == tune["cpus"] == [cpu_model()]  # the CPU its seconds were counted on
     table = (Path(config.output_dir) / "compare.md").read_text()
     assert f"tuned (early stopping: lr {best['learning_rate']:g}, epoch {best['epoch']}/2" in table
-    assert "Tuned rows:" in table and tune["uncounted_privacy"] is None
+    assert "Tuned rows:" in table and tune["uncounted_privacy"] is None and "‡" not in table  # one CPU
     grid = table[table.index("**LoRA tuned**: validation loss by learning rate and epoch"):].splitlines()
     assert grid[2] == "| Learning rate | Epoch 1 | Epoch 2 |" and [line.split(" |")[0] for line in grid[4:6]] == \
         ["| 0.0001", "| 0.03"] and grid[5 if best["learning_rate"] == 3e-2 else 4].count("**") == 2
