@@ -75,12 +75,14 @@ def task_accuracy_score(replies: Sequence[str], fixes: Sequence[Fix], *, confide
     return accuracy_with_ci(fixes_given(replies, fixes), confidence=confidence)
 
 
-def held_out_tickets(split: MembershipSplit) -> tuple[str, list[Record]]:
-    """The side task accuracy reads, and its records: the test side, else validation (never trained on)."""
+def held_out_tickets(split: MembershipSplit, max_texts: int | None = None) -> tuple[str, list[Record]]:
+    """The side task accuracy reads, and its first `max_texts` records (None: all): the test side, else validation
+    (never trained on)."""
     if not split.validation and not split.test:
         raise ValueError(f"Task accuracy reads held-out tickets, but the {split.source!r} split has no test or "
                          "validation records; set data.n_test (or data.n_validation), or turn audit.task off.")
-    return ("test", split.test) if split.test else ("validation", split.validation)
+    on, records = ("test", split.test) if split.test else ("validation", split.validation)
+    return on, records[:max_texts]
 
 
 def greedy_replies(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, records: Sequence[Record], *,
@@ -94,8 +96,7 @@ def greedy_replies(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, r
 def measure_task_accuracy(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, split: MembershipSplit,
                           settings: TaskSettings, *, batch_size: int = 8) -> TaskAccuracy:
     """Task accuracy of `model` on the split's held-out tickets (`held_out_tickets`), at most `settings.max_texts`."""
-    on, records = held_out_tickets(split)
-    records = records[:settings.max_texts]
+    on, records = held_out_tickets(split, settings.max_texts)
     fixes = [record_fix(record) for record in records]  # before generating: a record without ground truth fails now
     replies = greedy_replies(model, tokenizer, records, max_new_tokens=settings.max_new_tokens, batch_size=batch_size)
     correct = fixes_given(replies, fixes)

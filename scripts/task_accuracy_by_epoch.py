@@ -47,8 +47,8 @@ def main(argv: list[str] | None = None) -> None:
     kept = json.loads((folder / FINISHED).read_text(encoding="utf-8"))["epochs"]
     wanted = [entry for entry in kept if args.epochs is None or entry["epoch"] in args.epochs]
     split = load_split(run.data)
-    on, records = held_out_tickets(split)
-    fixes = [record_fix(record).text for record in records[:run.audit.task.max_texts]]
+    on, records = held_out_tickets(split, run.audit.task.max_texts)  # the tickets measure_task_accuracy reads
+    fixes = [record_fix(record).text for record in records]
     members = Counter(record_fix(record).text for record in split.members)
     print(f"{args.cell}: learning rate {rate:g}, chosen epoch {row['tune']['epoch']}; task accuracy on {len(fixes)} "
           f"{on} tickets")

@@ -104,6 +104,7 @@ def test_task_accuracy_reads_the_test_side_else_validation(tickets):
     records = [t.record() for t in tickets]
     split = MembershipSplit.from_records(records[:4], records[4:8], records[8:10], records[10:13])
     assert held_out_tickets(split) == ("test", records[10:13])
+    assert held_out_tickets(split, max_texts=2) == ("test", records[10:12])  # the first max_texts, in order
     assert held_out_tickets(MembershipSplit.from_records(records[:4], records[4:8], records[8:10])) == \
         ("validation", records[8:10])
     with pytest.raises(ValueError, match="set data.n_test"):
