@@ -752,7 +752,8 @@ def comparison_table(comparison: Comparison) -> str:
                       "and its × LoRA, count the part after the restart only (a resume from a checkpoint that kept "
                       "one adds the time spent up to it, and is not marked)."]
     if {_cpus(row) for row in rows} - {(), _cpus(baseline)}:
-        lines += ["", "‡: trained on another CPU than the baseline. " + cpu_note(rows)]
+        lines += ["", f"‡: trained on another CPU than the baseline, so its CPU s and × {label} do not measure its cost "
+                      "against the baseline's. " + cpu_note(rows)]
     if comparison.pending:
         lines += ["", "Pending cells (not yet run; rerun `privft compare` to resume): "
                       f"{', '.join(comparison.pending)}."]
