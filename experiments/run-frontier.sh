@@ -18,6 +18,12 @@ pairs=(runs/conversations/cells experiments/records/conversations
        runs/scale/cells experiments/records/scale)
 for ((i = 0; i < ${#pairs[@]}; i += 2)); do restore_records "${pairs[i]}" "${pairs[i+1]}"; done
 keep_records_every 300 "${pairs[@]}"
+# Rows ran on more than one CPU model: time one workload (seed 1's tuned baseline at 1e-3, recorded on the AMD EPYC)
+# again on this machine's CPU, once per CPU model, so the tables convert costs between them.
+reference=experiments/records/cpu-reference.json
+.venv/bin/python scripts/cpu_reference.py experiments/frontier-seed1.yaml "LoRA r=16, tuned" 0.001 "$reference"
+git add "$reference" && { git diff --cached --quiet -- "$reference" || git commit -q -m "records: CPU reference" -- \
+  "$reference"; } || echo "could not commit $reference; commit it by hand" >&2
 first=experiments/frontier.yaml
 "$PRIVFT" compare "$first" --cell "LoRA r=16, tuned" --cell "DP-LoRA ε=8 (r=16), tuned" \
   --cell "SOFT paper (r=16), tuned" --cell "Goldfish k=4 (r=16), tuned"

@@ -17,7 +17,7 @@ import json
 import math
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,16 +28,30 @@ from transformers import PreTrainedModel, TrainerCallback
 from privft.audit import run_audit
 from privft.clock import CPU_NOT_RECORDED, Clock, cpu_model
 from privft.config import config_changes, describe_changes, from_dict, save_yaml, to_dict
+from privft.cpu_reference import CpuReference
 from privft.data import MembershipSplit
 from privft.defend.rules import get_rule
 from privft.io import atomic_write_bytes, atomic_write_text
-from privft.metrics import (AccuracyResult, AttackMetrics, evaluate_attack, paired_auc_difference,
-                            paired_perplexity_ratio, wilson_interval)
+from privft.metrics import (
+    AccuracyResult,
+    AttackMetrics,
+    evaluate_attack,
+    paired_auc_difference,
+    paired_perplexity_ratio,
+    wilson_interval,
+)
 from privft.models import cache_dir, load_model
 from privft.paper.adaptive import adaptive_scores
 from privft.paraphrase import ParaphraseCache
-from privft.pipeline import (RunConfig, RunResult, check_canary_room, load_split, record_rendering_of, run_training,
-                             soft_paraphraser)
+from privft.pipeline import (
+    RunConfig,
+    RunResult,
+    check_canary_room,
+    load_split,
+    record_rendering_of,
+    run_training,
+    soft_paraphraser,
+)
 from privft.report import package_versions
 from privft.run_folder import changed_sides, recorded_hashes
 from privft.scoring import StatsCache, start_token_rule, whole_records_cached
@@ -122,6 +136,9 @@ class CompareConfig:
     grid: GridSettings = field(default_factory=GridSettings)
     output_dir: str = "runs/compare"
     cells_dir: str | None = None  # None: <output_dir>/cells; give two grids one folder to share their common cells
+    # A CpuReference file (privft.cpu_reference): converts the cost of a row trained on another CPU than the baseline
+    # to the baseline's CPU. None: such a row's cost is marked as not comparable.
+    cpu_reference: str | None = None
 
     @property
     def cells_path(self) -> Path:
@@ -347,6 +364,7 @@ class Comparison:
     output_dir: Path
     pending: list[str] = field(default_factory=list)  # cells not yet run, when the table is partial
     requested_baseline: str | None = None  # grid.baseline: the cell the others are measured against
+    cpu_reference: CpuReference | None = None  # converts costs between the CPUs the rows were trained on
 
     @property
     def baseline(self) -> dict[str, Any]:
@@ -412,15 +430,19 @@ class AdaptiveAudit(TrainerCallback):
                 for name, values in scores.items()}
 
 
-def _finish_rows(rows: list[dict[str, Any]], reference_perplexity: float, baseline: dict[str, Any]) -> None:
+def _finish_rows(rows: list[dict[str, Any]], reference_perplexity: float, baseline: dict[str, Any],
+                 cpu_reference: CpuReference | None = None) -> None:
     """Add, against the `baseline` row (`Comparison.baseline`), the overhead, the paired AUC and perplexity
     comparisons and the share of its perplexity gain each cell keeps,
-    (ppl_pretrained − ppl_cell) / (ppl_pretrained − ppl_baseline); and the no-training flag. The keys keep their
-    historical names (`vs_lora`, `overhead_vs_lora`, ...): compare.json's `baseline` names the row they compare with."""
+    (ppl_pretrained − ppl_cell) / (ppl_pretrained − ppl_baseline); the no-training flag; and the cost on the
+    baseline's CPU of a row trained on another (`cost_on_baseline_cpu`, where `cpu_reference` covers both). The keys
+    keep their historical names (`vs_lora`, `overhead_vs_lora`, ...): compare.json's `baseline` names the row they
+    compare with."""
     seconds, gain = baseline["train_seconds"], reference_perplexity - baseline["perplexity"]
     for row in rows:
         trained = row["family"] != "pretrained"
         row["overhead_vs_lora"] = row["train_seconds"] / seconds if trained and seconds > 0 else None
+        row["cost_on_baseline_cpu"] = _cost_on_baseline_cpu(row, baseline, cpu_reference)
         row["learned"] = not trained or row["perplexity"] < reference_perplexity * (1 - MIN_PERPLEXITY_GAIN)
         row["gain_share"] = (reference_perplexity - row["perplexity"]) / gain if trained and gain > 0 else None
     saved = [json.loads(Path(row["report"]).read_text(encoding="utf-8")) for row in rows]  # each read once
@@ -437,6 +459,22 @@ def _finish_rows(rows: list[dict[str, Any]], reference_perplexity: float, baseli
         row["test_perplexity_ci"] = [test["ci_low"], test["ci_high"]] if test else None
         row["test_perplexity_vs_lora"] = (_perplexity_vs(reference["test_perplexity"], test)
                                           if paired and test and reference.get("test_perplexity") else None)
+
+
+def _cost_on_baseline_cpu(row: dict[str, Any], baseline: dict[str, Any], reference: CpuReference | None
+                          ) -> dict[str, Any] | None:
+    """A row's CPU seconds converted to the baseline's CPU, and their ratio to the baseline's; None where the row
+    ran on the baseline's CPU, on more than one, without CPU seconds, or on a CPU the reference does not cover."""
+    cpus, target = _cpus(row), _cpus(baseline)
+    if reference is None or len(cpus) != 1 or len(target) != 1 or cpus == target \
+            or not baseline.get("train_cpu_seconds") or row.get("train_cpu_seconds") is None:
+        return None
+    factor = reference.factor(cpus[0], target[0])
+    if factor is None:
+        return None
+    seconds = row["train_cpu_seconds"] * factor
+    return {"cpu": target[0], "factor": factor, "cpu_seconds": seconds,
+            "ratio": seconds / baseline["train_cpu_seconds"]}
 
 
 def _perplexity_vs(baseline: dict[str, Any], held_out: dict[str, Any]) -> dict[str, Any] | None:
@@ -521,6 +559,14 @@ def _progress(index: int, cells: list[Cell], todo: list[Cell], seconds: list[flo
     return line
 
 
+@contextlib.contextmanager
+def cell_conditions(cell: Cell) -> Iterator[None]:
+    """What a cell's training and audit run under: its start token and record rendering (the pretrained row and its
+    adaptive attackers read them too)."""
+    with start_token_rule(cell.config.start_token), rendering_context(record_rendering_of(cell.config)):
+        yield
+
+
 def cells_to_run(cells: list[Cell], only: Sequence[str] | None) -> list[Cell]:
     """The cells `only` names (all when None), always with the first two (pretrained, the reference) every table
     needs."""
@@ -561,6 +607,7 @@ def run_compare(config: CompareConfig, *, finished_only: bool = False, only: Seq
     if finished_only and not all(rows[:2]):
         raise ValueError(f"The cells every table needs, {cells[0].name!r} and {cells[1].name!r}, of "
                          f"{config.output_dir} have not finished; run `privft compare` without --finished-only first.")
+    cpu_reference = CpuReference.load(config.cpu_reference) if config.cpu_reference else None
     save_yaml(config, out / "compare.yaml")  # only once every check passed: a refused config replaces no record
     ran, seconds = [], []
     for index, (cell, path) in enumerate(zip(cells, paths)):
@@ -570,9 +617,7 @@ def run_compare(config: CompareConfig, *, finished_only: bool = False, only: Seq
         start = time.perf_counter()
         adaptive = AdaptiveAudit(cell.config, config.grid.adaptive) if config.grid.adaptive.n_members else None
         tuned = None  # a tuned cell's selection: its learning rate, epoch and grid
-        # The pretrained row and its adaptive attackers read the cell's start token and record rendering too.
-        with start_token_rule(cell.config.start_token), rendering_context(record_rendering_of(cell.config)), \
-                whole_records_cached() if config.grid.prompt_side else contextlib.nullcontext():
+        with cell_conditions(cell), whole_records_cached() if config.grid.prompt_side else contextlib.nullcontext():
             if cell.family == "pretrained":
                 result = audit_pretrained(cell.config)
             elif cell.tune is not None:
@@ -595,15 +640,16 @@ def run_compare(config: CompareConfig, *, finished_only: bool = False, only: Seq
         todo.remove(cell)
         ran.append(cell.name)
         if index >= 1 and todo:  # the table needs the first two rows (pretrained, reference); commit as cells land
-            _write_outputs(_comparison(cells, rows, ran, config))
-    return _write_outputs(_comparison(cells, rows, ran, config))
+            _write_outputs(_comparison(cells, rows, ran, config, cpu_reference))
+    return _write_outputs(_comparison(cells, rows, ran, config, cpu_reference))
 
 
-def _comparison(cells: list[Cell], rows: list[dict[str, Any] | None], ran: list[str], config: CompareConfig
-                ) -> Comparison:
+def _comparison(cells: list[Cell], rows: list[dict[str, Any] | None], ran: list[str], config: CompareConfig,
+                cpu_reference: CpuReference | None) -> Comparison:
     """The finished rows, in grid order, naming the cells still pending."""
     return Comparison([row for row in rows if row is not None], list(ran), Path(config.output_dir),
-                      [cell.name for cell, row in zip(cells, rows) if row is None], config.grid.baseline)
+                      [cell.name for cell, row in zip(cells, rows) if row is None], config.grid.baseline,
+                      cpu_reference)
 
 
 def _write_outputs(comparison: Comparison) -> Comparison:
@@ -614,7 +660,7 @@ def _write_outputs(comparison: Comparison) -> Comparison:
     if others:
         raise ValueError(f"Cell(s) {', '.join(map(repr, others))} were audited on another split than "
                          f"{first['name']!r} ({first['split']}); every cell must share run.data.")
-    _finish_rows(comparison.rows, comparison.pretrained_perplexity, comparison.baseline)
+    _finish_rows(comparison.rows, comparison.pretrained_perplexity, comparison.baseline, comparison.cpu_reference)
     atomic_write_text(out / "compare.json", json.dumps(comparison.to_dict(), indent=1))
     atomic_write_text(out / "compare.md", comparison_table(comparison))
     atomic_write_bytes(out / "compare.png", privacy_utility_png(comparison))
@@ -707,6 +753,9 @@ def comparison_table(comparison: Comparison) -> str:
                                                              else [])
         notes += [_tuned(row)] if row.get("tune") else []
         overhead = f"{row['overhead_vs_lora']:.2f}" if row["overhead_vs_lora"] is not None else "n/a"
+        converted = row.get("cost_on_baseline_cpu")
+        if converted:
+            overhead = f"≈ {converted['ratio']:.2f}"
         gain = f"{row['gain_share']:.0%}" if row.get("gain_share") is not None else "n/a"
         exposure = row.get("canary_exposure")
         exposure = (f"{exposure['mean_exposure']:.1f} / {exposure['max_measurable']:.1f} bits" if exposure
@@ -718,7 +767,8 @@ def comparison_table(comparison: Comparison) -> str:
                  _perplexity(row), _ratio(row.get("perplexity_vs_lora")),
                  *[column(row) for column in held_out.values()], gain, exposure,
                  _seconds(row, "train_seconds"),
-                 _seconds(row, "train_cpu_seconds") + (" ‡" if _cpus(row) not in ((), _cpus(baseline)) else ""),
+                 _seconds(row, "train_cpu_seconds") + (" ‡" if _cpus(row) not in ((), _cpus(baseline)) else "")
+                 + (f" (≈ {converted['cpu_seconds']:.0f})" if converted else ""),
                  overhead, "; ".join(notes)]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", "TPR cells: rate (true positives / members) at the best threshold whose FPR stays within the "
@@ -752,8 +802,9 @@ def comparison_table(comparison: Comparison) -> str:
                       "and its × LoRA, count the part after the restart only (a resume from a checkpoint that kept "
                       "one adds the time spent up to it, and is not marked)."]
     if {_cpus(row) for row in rows} - {(), _cpus(baseline)}:
-        lines += ["", f"‡: trained on another CPU than the baseline, so its CPU s and × {label} do not measure its cost "
-                      "against the baseline's. " + cpu_note(rows)]
+        lines += ["", f"‡: trained on another CPU than the baseline, so its CPU s and × {label} do not measure its "
+                      "cost against the baseline's. " + cpu_note(rows)
+                      + _conversion_note(rows, comparison.cpu_reference)]
     if comparison.pending:
         lines += ["", "Pending cells (not yet run; rerun `privft compare` to resume): "
                       f"{', '.join(comparison.pending)}."]
@@ -810,6 +861,14 @@ def cpu_note(rows: Sequence[dict[str, Any]]) -> str:
             + "; ".join(f"{' and '.join(cpus)}: {', '.join(names)}" for cpus, names in by_cpus.items()) + ".")
 
 
+def _conversion_note(rows: Sequence[dict[str, Any]], reference: CpuReference | None) -> str:
+    """How the ≈ costs were converted to the baseline's CPU; empty where no row's was."""
+    if reference is None or not any(row.get("cost_on_baseline_cpu") for row in rows):
+        return ""
+    return (" ≈: the row's CPU seconds converted to the baseline's CPU, and × the ratio of CPU seconds, by the CPU "
+            f"reference: {reference.describe()}. One workload stands for all, so read ≈ as an estimate.")
+
+
 def _seconds(row: dict[str, Any], key: str) -> str:
     """A cell's training seconds (wall or CPU), † when they count the part after a restart only; n/a if not recorded."""
     value = row.get(key)
@@ -837,10 +896,12 @@ def pick_table(rows: list[dict[str, Any]], names: Sequence[str]) -> str:
     for name in names:
         row = by_name[name]
         strongest = row["strongest"]
+        converted = row.get("cost_on_baseline_cpu")
         cost = ("none" if row["family"] == "pretrained" else
                 "n/a" if row.get("train_cpu_seconds") is None else
                 f"{row['train_cpu_seconds'] / 3600:.1f} ({row['train_seconds'] / 3600:.1f})"
-                + (" †" if times_partial(row) else ""))
+                + (" †" if times_partial(row) else "")
+                + (f"; ≈ {converted['cpu_seconds'] / 3600:.1f} on the baseline's CPU" if converted else ""))
         lines.append(f"| {name}{_schedule(row)} | {row['strongest_attack']} {strongest['auc']:.3f} "
                      f"[{strongest['auc_ci'][0]:.2f}, {strongest['auc_ci'][1]:.2f}] | "
                      f"{_rate(strongest['tpr'][lowest])} | {_task_accuracy(row)} | "
@@ -853,7 +914,9 @@ def pick_table(rows: list[dict[str, Any]], names: Sequence[str]) -> str:
                   "†: the part after a restart only."]
     picked = [by_name[name] for name in names]
     if len({_cpus(row) for row in picked} - {()}) > 1:
-        lines += ["", cpu_note(picked)]
+        lines += ["", cpu_note(picked) + (" ≈: CPU hours converted to the baseline's CPU by the CPU reference "
+                                          "(one training workload timed on both; an estimate)."
+                                          if any(row.get("cost_on_baseline_cpu") for row in picked) else "")]
     return "\n".join(lines) + "\n"
 
 

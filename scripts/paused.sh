@@ -5,7 +5,7 @@
 # PAUSED_MIN_FREE_GIB (default 4) of available memory the command is refused, not run (a DP-LoRA step holds ~21 GiB).
 set -uo pipefail
 # the privft jobs' Python processes only: never this script, whose own command line may name one
-pids=$(pgrep -f "^[^ ]*python[^ ]* [^ ]*privft (compare|audit|tune)" || true)
+pids=$(pgrep -f "^[^ ]*python[^ ]* [^ ]*(privft (compare|audit|tune)|scripts/cpu_reference\.py)" || true)
 [ -n "$pids" ] && kill -STOP $pids
 trap '[ -n "$pids" ] && kill -CONT $pids' EXIT
 available_kib=$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo)

@@ -16,8 +16,9 @@ from safetensors.torch import load_file
 import privft.tune
 from privft.audit import AuditConfig
 from privft.clock import cpu_model
-from privft.compare import CellSpec, CompareConfig, GridSettings, _tuned, grid_cells, run_compare
+from privft.compare import CellSpec, CompareConfig, GridSettings, _tuned, grid_cells, pick_table, run_compare
 from privft.config import ConfigError, from_dict, load_yaml, save_yaml, to_dict
+from privft.cpu_reference import CpuReference
 from privft.pipeline import DataSettings, DPSettings, RunConfig, SoftSettings
 from privft.training import FinetuneSettings, LoraSettings
 from privft.tune import FINISHED, TuneSettings, choose, grid_table, rate_config, tuning_run
@@ -117,6 +118,53 @@ def test_a_tuned_cell_restored_from_records_without_weights_trains_only_the_chos
     loss = privft.tune.retrain_chosen(slow, {"epoch": 1, "checkpoint": "checkpoint-4"})
     assert loss == pytest.approx(first["validation_loss"], rel=1e-5)
     assert sorted(p.name for p in Path(slow.training.output_dir).glob("checkpoint-*")) == ["checkpoint-4"]
+
+
+def test_cpu_reference_times_a_finished_rate_again_here_and_converts_a_row_from_another_cpu(config, tmp_path):
+    config = with_cells(config, CellSpec("LoRA tuned", "lora", tune=TuneSettings(learning_rates=(1e-4, 3e-2))))
+    run_compare(config)
+    yaml, reference = save_yaml(config, tmp_path / "grid.yaml"), tmp_path / "cpu-reference.json"
+
+    def measure(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(ROOT / "scripts" / "cpu_reference.py"), str(yaml), *args],
+                              capture_output=True, text=True, cwd=tmp_path)
+
+    assert "has no tuned cell 'LoRA r=4'" in measure("LoRA r=4", "1e-4", str(reference)).stderr
+    assert "has not finished its run at learning rate 0.001" in measure("LoRA tuned", "1e-3", str(reference)).stderr
+    record = Path(config.cells_path) / "lora-tuned" / "tune" / "lr-0.0001" / FINISHED
+    record.write_text(json.dumps(dict(json.loads(record.read_text()), cpu="Other CPU")))  # as if run on another
+    done = measure("LoRA tuned", "1e-4", str(reference))
+    assert done.returncode == 0, done.stderr
+    saved = CpuReference.load(reference)
+    recorded, here = saved.runs
+    assert recorded["record"] == str(record) and here["record"].startswith("runs/cpu-reference/lora-tuned/")
+    assert (recorded["cpu"], here["cpu"]) == ("Other CPU", cpu_model()) and here["train_cpu_seconds"] > 0
+    assert here["validation_losses"] == pytest.approx(recorded["validation_losses"], rel=1e-5)  # the same computation
+    assert saved.factor("Other CPU", cpu_model()) == here["train_cpu_seconds"] / recorded["train_cpu_seconds"]
+    again = measure("LoRA tuned", "1e-4", str(reference))
+    assert "nothing to train" in again.stdout and CpuReference.load(reference).runs == saved.runs
+    with pytest.raises(FileNotFoundError, match="scripts/cpu_reference.py"):  # refused before any cell runs
+        run_compare(replace(config, cpu_reference=str(tmp_path / "missing.json")))
+
+    twice_as_fast = CpuReference("a workload", "a command", ({"cpu": cpu_model(), "train_cpu_seconds": 100.0,
+                                                              "record": "here"},
+                                                             {"cpu": "Other CPU", "train_cpu_seconds": 50.0,
+                                                              "record": "there"}))
+    assert twice_as_fast.factor("Other CPU", cpu_model()) == 2.0
+    assert twice_as_fast.factor("Third CPU", cpu_model()) is None
+    twice_as_fast.save(reference)
+    cell = Path(config.cells_path) / "lora-tuned" / "cell.json"
+    row = json.loads(cell.read_text())
+    cell.write_text(json.dumps(dict(row, cpus=["Other CPU"])))  # as if the whole cell was trained on the other CPU
+    comparison = run_compare(replace(config, cpu_reference=str(reference)), finished_only=True)
+    converted = comparison.rows[-1]["cost_on_baseline_cpu"]
+    baseline = comparison.baseline
+    assert converted["cpu_seconds"] == pytest.approx(2 * row["train_cpu_seconds"])
+    assert converted["ratio"] == pytest.approx(2 * row["train_cpu_seconds"] / baseline["train_cpu_seconds"])
+    table = (Path(config.output_dir) / "compare.md").read_text()
+    assert f"‡ (≈ {converted['cpu_seconds']:.0f}) | ≈ {converted['ratio']:.2f} |" in table
+    assert "≈: the row's CPU seconds converted to the baseline's CPU" in table and "CPU s on Other CPU" in table
+    assert "on the baseline's CPU" in pick_table(comparison.rows, ["LoRA tuned", baseline["name"]])
 
 
 @pytest.mark.parametrize("method", ["lora", "soft", "full", "goldfish"])
