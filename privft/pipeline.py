@@ -23,8 +23,8 @@ from privft.data import MembershipSplit
 from privft.data.canaries import CanaryPlan, canary_format
 from privft.data.canary_designs import CANARY_DESIGNS
 from privft.data.designed_canaries import designed_plan
-from privft.data.records import FORMATS, Record
 from privft.data.pii import PII_FORMATS, PIICanaryPlan
+from privft.data.records import FORMATS, Record
 from privft.data.sources import load_source
 from privft.defend.evidence import finding_for
 from privft.defend.goldfish import DropCounts, GoldfishSettings, add_goldfish, drop_counts

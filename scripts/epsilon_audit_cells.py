@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from cells_table import print_cells_table
+
 from privft.report import read_report
 
 

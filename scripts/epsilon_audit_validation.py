@@ -29,7 +29,7 @@ def mechanisms(targets: tuple[float, ...] = TARGETS, subsampling: tuple[tuple[fl
     """The Gaussian mechanism (with `gaussian`) and the subsampled ones, each at every target ε."""
     rows = []
     for target in targets if gaussian else ():
-        mu = brentq(lambda m: gdp_epsilon(m, DELTA) - target, 1e-6, 50.0)  # the Gaussian mechanism's exact ε
+        mu = brentq(lambda m, t: gdp_epsilon(m, DELTA) - t, 1e-6, 50.0, args=(target,))  # the Gaussian mechanism's ε
         rows.append(("Gaussian", SimulatedMechanism(1 / mu)))
     for rate, steps in subsampling:
         for target in targets:

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 from cells_table import print_cells_table
+
 from privft.metrics import paired_auc_difference
 from privft.report import read_report
 

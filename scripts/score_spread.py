@@ -13,6 +13,7 @@ import argparse
 from pathlib import Path
 
 import numpy as np
+
 from privft.report import read_report
 
 

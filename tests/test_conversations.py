@@ -23,19 +23,18 @@ from privft.chat_templates import SMOLLM2_TRAINING_CHAT_TEMPLATE, with_chat_temp
 from privft.compare import PRETRAINED, CellSpec, CompareConfig, GridSettings, run_compare
 from privft.data import DataError, MembershipSplit, load_corpus
 from privft.data.loaders import load_records
-from privft.defend.schedule import SoftSchedule
 from privft.data.records import check_records, map_turns, record_content, record_format, turn_contents
-from privft.models import build_tiny_llama
+from privft.defend.schedule import SoftSchedule
 from privft.dp import DPSettings
+from privft.models import build_tiny_llama
 from privft.paraphrase import obfuscate
-from privft.pipeline import DataSettings, RunConfig, SoftSettings, run_training
 from privft.paraphrase.base import Paraphraser
+from privft.pipeline import DataSettings, RunConfig, SoftSettings, run_training
 from privft.scoring import ScoringError, StatsCache, forward, score_texts, whole_records_cached
 from privft.scoring.render import RecordRendering, render_records, rendering_context
 from privft.task_accuracy import TaskSettings
 from privft.training import FinetuneSettings, LoraSettings
 from privft.tune import TuneSettings
-
 
 ROOT = Path(__file__).parent.parent
 
@@ -78,14 +77,16 @@ def test_formats_are_detected_and_content_names_every_turn():
     assert record_content({"prompt": "Q: ", "completion": "A."}) == "Q: A."
     assert turn_contents(record, ("assistant",)) == ["It ships today, Ada."]
     shouted = map_turns(record, str.upper, roles=("assistant",))
-    assert shouted["messages"][0] == record["messages"][0] and shouted["messages"][2]["content"] == "IT SHIPS TODAY, ADA."
+    assert shouted["messages"][0] == record["messages"][0]
+    assert shouted["messages"][2]["content"] == "IT SHIPS TODAY, ADA."
 
 
 @pytest.mark.parametrize("bad, message", [
     (["a text", {"prompt": "p", "completion": "c"}], r"row 1: a prompt_completion record among text records"),
     ([{"messages": [{"role": "user", "content": "only a question"}]}], r"row 0: the conversation has no assistant"),
     ([{"prompt": "p", "completion": "  "}], r"row 0: the completion is empty"),
-    ([{"prompt": [{"role": "user", "content": "q"}], "completion": "c"}], r"must both be strings or both lists of messages"),
+    ([{"prompt": [{"role": "user", "content": "q"}], "completion": "c"}],
+     r"must both be strings or both lists of messages"),
     ([{"messages": [{"role": "robot", "content": "x"}]}], r"turn 0: .* is not a message"),
     ([{"question": "q", "answer": "a"}], r"keys \['answer', 'question'\] is in none of the formats"),
 ])
@@ -283,7 +284,8 @@ def test_soft_rewrites_only_replies_and_its_view_serves_trls_ids_and_mask(chat_t
                [m for m in before["messages"] if m["role"] != "assistant"]
         reply = turn_contents(before, ("assistant",))[0]
         kept = reply[:len(reply) // 3]
-        assert turn_contents(after, ("assistant",))[0] != reply and turn_contents(after, ("assistant",))[0][:3] == kept[:3]
+        new_reply = turn_contents(after, ("assistant",))[0]
+        assert new_reply != reply and new_reply[:3] == kept[:3]
     rendering = RecordRendering(max_length=256, assistant_only_loss=True)
     tokenizer = with_chat_template(chat_tokenizer, SMOLLM2_TRAINING_CHAT_TEMPLATE)
     view, _ = prepare_soft(tokenizer, records, rewritten, rendering=rendering, schedule=SoftSchedule(rule="all"))

@@ -13,7 +13,12 @@ from privft.callbacks.one_run import one_run_entry
 from privft.dp.accounting import epsilon_spent
 from privft.epsilon_audit import audit_one_run, epsilon_lower_bound
 from privft.fdp_audit import (
-    REFERENCE_DELTA, audit_one_run_fdp, fdp_epsilon_lower_bound, gdp_delta, gdp_epsilon, gdp_rejection_margin,
+    REFERENCE_DELTA,
+    audit_one_run_fdp,
+    fdp_epsilon_lower_bound,
+    gdp_delta,
+    gdp_epsilon,
+    gdp_rejection_margin,
     mu_lower_bound,
 )
 from privft.report import beyond_membership_warnings, epsilon_audit_line

@@ -217,7 +217,8 @@ def test_a_model_card_folder_that_does_not_exist_is_refused_not_created(audited,
     policy = save_yaml(SMALL, tmp_path / "policy.yaml")
     with pytest.raises(SystemExit) as exit_:
         main(["gate", str(audited[1]), "--policy", str(policy), "--model-card", str(tmp_path / "modle")])
-    assert exit_.value.code == 2 and f"--model-card {tmp_path / 'modle'}: not an existing folder" in capsys.readouterr().err
+    error = capsys.readouterr().err
+    assert exit_.value.code == 2 and f"--model-card {tmp_path / 'modle'}: not an existing folder" in error
     assert not (tmp_path / "modle").exists()
 
 

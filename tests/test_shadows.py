@@ -18,11 +18,11 @@ from privft.shadows import (
     PoolSettings,
     ShadowPlan,
     ShadowSettings,
+    job,
     load_losses,
     loss_windows,
     train_shadow,
 )
-from privft.shadows import job
 from privft.shadows.plan import plan_sha256
 from privft.shadows.store import losses_path, missing_shadows
 from privft.training import FinetuneSettings

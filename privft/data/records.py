@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from typing import Any, Union
+from typing import Any
 
 from privft.data.errors import DataError
 
 Message = dict[str, str]
-Record = Union[str, dict[str, Any]]  # a text, or a prompt–completion or messages record
+Record = str | dict[str, Any]  # a text, or a prompt–completion or messages record
 FORMATS = ("text", "prompt_completion", "messages")
 ROLES = ("system", "user", "assistant")
 PREVIEW_CHARS = 60

@@ -16,13 +16,13 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from privft.data.errors import DataError
-from privft.data.records import Record, check_records, record_content, record_format, record_json
 from privft.data.overlap import (
     NEAR_DUPLICATE_THRESHOLD,
     NGRAM_WORDS,
     index_members,
     near_duplicates,
 )
+from privft.data.records import Record, check_records, record_content, record_format, record_json
 from privft.io import atomic_write_text
 
 MANIFEST_FORMAT = "privft.membership-split"

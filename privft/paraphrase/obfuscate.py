@@ -176,10 +176,11 @@ def _obfuscate_replies(records: list[Record], obfuscate_texts: Callable[[list[st
     results = []
     for record, reply_list in zip(records, replies):
         parts = [next(done) for _ in reply_list]
-        rewritten = iter(part.text for part in parts)
         reasons = [part.reason for part in parts if part.reason]
-        results.append(ObfuscationResult(map_turns(record, lambda _: next(rewritten), roles=("assistant",)), record,
-                                         max(part.attempts for part in parts), any(p.fallback for p in parts),
+        texts = iter(part.text for part in parts)  # the record's rewritten replies, in turn order
+        obfuscated = map_turns(record, lambda _, texts=texts: next(texts), roles=("assistant",))
+        results.append(ObfuscationResult(obfuscated, record, max(part.attempts for part in parts),
+                                         any(p.fallback for p in parts),
                                          "; ".join(reasons) or None))
     return results
 
