@@ -102,12 +102,14 @@ def rate_config(config: RunConfig, rate: float) -> RunConfig:
 
 
 def epoch_losses(folder: Path) -> list[dict[str, Any]]:
-    """Each epoch's validation loss and checkpoint (its folder's name), read from the checkpoints' Trainer states."""
+    """Each epoch's validation loss and checkpoint (its folder's name), read from the checkpoints' Trainer states,
+    with the evaluation's wall seconds: the same pass every epoch, so they show the machine's speed drifting."""
     epochs = []
     for checkpoint in sort_checkpoints(str(folder)):
         state = json.loads((Path(checkpoint) / TRAINER_STATE_NAME).read_text(encoding="utf-8"))
-        loss = next(entry["eval_loss"] for entry in reversed(state["log_history"]) if "eval_loss" in entry)
-        epochs.append({"epoch": round(state["epoch"]), "validation_loss": loss, "checkpoint": Path(checkpoint).name})
+        evaluation = next(entry for entry in reversed(state["log_history"]) if "eval_loss" in entry)
+        epochs.append({"epoch": round(state["epoch"]), "validation_loss": evaluation["eval_loss"],
+                       "checkpoint": Path(checkpoint).name, "validation_seconds": evaluation.get("eval_runtime")})
     return epochs
 
 

@@ -28,10 +28,12 @@ RUNS = Path("runs/cpu-reference")
 
 
 def reference_run(record: dict[str, Any], path: Path) -> dict[str, Any]:
-    """A tuning record as one run of the reference: its CPU, seconds and per-epoch validation losses."""
+    """A tuning record as one run of the reference: its CPU, seconds, and each epoch's validation loss and wall
+    seconds (records from before they were kept have None)."""
     return {"cpu": record.get("cpu", CPU_NOT_RECORDED), "train_cpu_seconds": record["train_cpu_seconds"],
             "train_seconds": record["train_seconds"], "record": str(path), "resumed_from": record["resumed_from"],
-            "validation_losses": [epoch["validation_loss"] for epoch in record["epochs"]]}
+            "validation_losses": [epoch["validation_loss"] for epoch in record["epochs"]],
+            "validation_seconds": [epoch.get("validation_seconds") for epoch in record["epochs"]]}
 
 
 def measure(config_path: Path, cell_name: str, rate: float, reference_path: Path) -> CpuReference:

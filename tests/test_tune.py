@@ -68,6 +68,8 @@ def test_tuned_lora_cell_audits_the_least_validation_loss_checkpoint_and_a_rerun
                                                      ["train_seconds"] for r in (1e-4, 3e-2)))
     assert row["config"] == to_dict(grid_cells(config)[-1].config)  # the cell's own settings, which a rerun checks
     assert row["cpus"] == tune["cpus"] == [cpu_model()]  # the CPU its seconds were counted on
+    epochs = json.loads((cell / "tune" / "lr-0.0001" / FINISHED).read_text())["epochs"]
+    assert all(epoch["validation_seconds"] > 0 for epoch in epochs)  # each epoch's evaluation pass, timed
     table = (Path(config.output_dir) / "compare.md").read_text()
     assert f"tuned (early stopping: lr {best['learning_rate']:g}, epoch {best['epoch']}/2" in table
     assert "Tuned rows:" in table and tune["uncounted_privacy"] is None and "‡" not in table  # one CPU
