@@ -4,8 +4,8 @@
         "LoRA r=16, tuned" "SOFT paper (r=16), tuned" "DP-LoRA ε=8 (r=16), tuned" "Goldfish k=4 (r=16), tuned"
 
 For each measure (the strongest attack's AUC, TPR at each FPR ceiling, task accuracy, test perplexity), each
-seed's cells from best to worst, "<" where the two neighbours' 95 % intervals are disjoint and "≤" where they
-overlap (TPR counts carry no interval here: "<" there means a smaller count only). Then every pair of cells whose
+seed's cells from best to worst, "≻" (better than) where the two neighbours' 95 % intervals are disjoint and "⪰"
+where they overlap or carry none (TPR counts carry no interval here). Then every pair of cells whose
 order is the same at both seeds ("holds"; ✱ where the intervals are disjoint at both) and every pair whose order
 reverses. A cell missing from either comparison is named and left out.
 """
@@ -77,11 +77,11 @@ def _disjoint(a: Reading, b: Reading) -> bool:
 
 
 def ranking(readings: dict[str, Reading], higher_is_better: bool) -> str:
-    """The cells from best to worst, "<" between neighbours with disjoint intervals, "≤" otherwise."""
+    """The cells from best to worst, "≻" between neighbours with disjoint intervals, "⪰" otherwise."""
     ordered = sorted(readings, key=lambda name: readings[name][0], reverse=higher_is_better)
     text = ordered[0]
     for before, after in itertools.pairwise(ordered):
-        text += f" {'<' if _disjoint(readings[before], readings[after]) else '≤'} {after}"
+        text += f" {'≻' if _disjoint(readings[before], readings[after]) else '⪰'} {after}"
     return text
 
 
@@ -108,8 +108,9 @@ def orderings(seeds: list[dict[str, dict[str, Any]]], names: list[str]) -> str:
                 holds.append(f"{measure.label}: {first} better than {second}{strict}")
             else:
                 reverses.append(f"{measure.label}: {first} better than {second} at seed A, not at seed B")
-    lines += ["", "Best first: \"<\" between neighbours whose 95 % intervals are disjoint, \"≤\" where they overlap "
-                  "or carry none.", "", "Orderings that hold at both seeds (✱: intervals disjoint at both):", "",
+    lines += ["", "Best first: \"≻\" (better than) between neighbours whose 95 % intervals are disjoint, \"⪰\" "
+                  "where they overlap or carry none.", "",
+              "Orderings that hold at both seeds (✱: intervals disjoint at both):", "",
               *[f"- {line}" for line in holds or ["none"]],
               "", "Orderings that reverse:", "", *[f"- {line}" for line in reverses or ["none"]]]
     return "\n".join(lines) + "\n"
