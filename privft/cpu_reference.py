@@ -28,8 +28,8 @@ class CpuReference:
         """Read a reference file (`save`'s JSON); refuse one that is missing, naming the command that writes it."""
         path = Path(path)
         if not path.exists():
-            raise FileNotFoundError(f"The CPU reference {path} does not exist: measure it on this machine with the "
-                                    "command in docs/results/frontier.md (scripts/cpu_reference.py), or set "
+            raise FileNotFoundError(f"The CPU reference {path} does not exist: measure it on each machine with "
+                                    "scripts/cpu_reference.py (docs/cli.md, Cost across CPU models), or set "
                                     "cpu_reference: null to leave costs on different CPUs unconverted.")
         saved = json.loads(path.read_text(encoding="utf-8"))
         return cls(saved["workload"], saved["command"], tuple(saved["runs"]))
