@@ -5,9 +5,9 @@
 
 For each measure (the strongest attack's AUC, TPR at each FPR ceiling, task accuracy, test perplexity), each
 seed's cells from best to worst, "≻" (better than) where the two neighbours' 95 % intervals are disjoint and "⪰"
-where they overlap or carry none (TPR counts carry no interval here). Then every pair of cells whose
-order is the same at both seeds ("holds"; ✱ where the intervals are disjoint at both) and every pair whose order
-reverses. A cell missing from either comparison is named and left out.
+where they overlap or carry none (a TPR count's is its Wilson interval over the members). Then every pair of cells
+whose order is the same at both seeds ("holds"; ✱ where the intervals are disjoint at both) and every pair whose
+order reverses. A cell missing from either comparison is named and left out.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from privft.metrics import wilson_interval
 
 Reading = tuple[float, float | None, float | None]  # value, interval low, interval high
 
@@ -38,8 +40,13 @@ def _auc(row: dict[str, Any]) -> Reading:
 
 def _tpr(index: int) -> Callable[[dict[str, Any]], Reading | None]:
     def read(row: dict[str, Any]) -> Reading | None:
+        """The members caught, with the 95 % Wilson interval over the members, in counts."""
         entry = row["strongest"]["tpr"][index]
-        return None if entry["tpr"] is None else (entry["true_positives"], None, None)
+        if entry["tpr"] is None:
+            return None
+        caught, members = entry["true_positives"], entry["n_members"]
+        low, high = wilson_interval(caught, members)
+        return caught, low * members, high * members
     return read
 
 

@@ -216,6 +216,7 @@ def test_seed_orderings_names_the_orderings_that_hold_and_those_that_reverse(tmp
     assert "- strongest attack AUC (lower: more private): DP better than SOFT\n" in out  # overlapping at seed B
     assert "- members caught at 1 % FPR (fewer: more private): DP better than SOFT at seed A, not at seed B" in out
     assert "- task accuracy (higher: more useful): LoRA better than SOFT\n" in out
+    assert "| members caught at 1 % FPR (fewer: more private) | DP ⪰ SOFT ⪰ LoRA |" in out  # Wilson intervals overlap
     assert "test perplexity" not in out  # no comparison measured it
 
 
