@@ -104,12 +104,26 @@ class DPRecord:
 
 
 @dataclass(frozen=True)
+class DropCounts:
+    """How a Goldfish mask falls on a training set, counted over its trained tokens."""
+
+    n_trained: int  # trained tokens (label not -100), each sequence's first excluded: nothing predicts it
+    n_dropped: int  # of those, dropped by the mask
+    n_dropped_recurring: int  # of those, after an h-id context that precedes a trained token more than once
+
+    @property
+    def recurring_share(self) -> float:
+        """The share of the trained tokens dropped after a recurring context: never trained on, in any copy."""
+        return self.n_dropped_recurring / self.n_trained if self.n_trained else 0.0
+
+
+@dataclass(frozen=True)
 class GoldfishRecord:
     """A Goldfish-loss run's mask: 1 in `k` trained tokens dropped, chosen by a hash of the `h` ids before each."""
 
     k: int
     h: int
-    n_trained: int | None = None  # the training set's trained tokens (`privft.defend.goldfish.DropCounts`)
+    n_trained: int | None = None  # the training set's trained tokens (`DropCounts`, by `privft.defend.drop_counts`)
     n_dropped: int | None = None  # of those, dropped by the mask
     n_dropped_recurring: int | None = None  # of those, after a context that recurs: dropped in every copy
 
@@ -123,19 +137,22 @@ class GoldfishRecord:
                 "a passage skips the same tokens.")
         if self.n_trained:
             line += (f" Of the training set's {self.n_trained:,} trained tokens it dropped {self.n_dropped:,}, "
-                     f"{self.n_dropped_recurring:,} ({self._recurring_share:.1%}) after a context that recurs in "
+                     f"{self.n_dropped_recurring:,} ({self.drops.recurring_share:.1%}) after a context that recurs in "
                      "the training set, so the model was trained on none of their copies.")
         return line
 
     @property
-    def _recurring_share(self) -> float:
-        return (self.n_dropped_recurring or 0) / self.n_trained if self.n_trained else 0.0
+    def drops(self) -> DropCounts | None:
+        """How the mask fell on the training set, where the record counted it."""
+        if self.n_trained is None:
+            return None
+        return DropCounts(self.n_trained, self.n_dropped or 0, self.n_dropped_recurring or 0)
 
     def warnings(self) -> list[str]:
         """A warning when many trained tokens were dropped in every copy: what recurring sentences state is lost."""
-        if self._recurring_share < self.RECURRING_WARNING_SHARE:
+        if self.drops is None or self.drops.recurring_share < self.RECURRING_WARNING_SHARE:
             return []
-        return [f"GOLDFISH ON RECURRING TEXT: {self._recurring_share:.1%} of the trained tokens "
+        return [f"GOLDFISH ON RECURRING TEXT: {self.drops.recurring_share:.1%} of the trained tokens "
                 f"({self.n_dropped_recurring:,} of {self.n_trained:,}) follow a {self.h}-token context that recurs "
                 "in the training set, and Goldfish drops them in every copy, so the model never learns them there: "
                 "what recurring sentences state (templated answers, boilerplate facts) is withheld with them. "

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from privft.config import require
+from privft.training_record import DropCounts
 
 if TYPE_CHECKING:
     from transformers import Trainer
@@ -87,20 +88,6 @@ def goldfish_labels(input_ids: torch.Tensor, labels: torch.Tensor, settings: Gol
             drop = torch.tensor(goldfish_mask(input_ids[row, positions].tolist(), settings), dtype=torch.bool)
             masked[row, positions[drop]] = IGNORE_INDEX
     return masked
-
-
-@dataclass(frozen=True)
-class DropCounts:
-    """How a Goldfish mask falls on a training set, counted over its trained tokens."""
-
-    n_trained: int  # trained tokens (label not -100), each sequence's first excluded: nothing predicts it
-    n_dropped: int  # of those, dropped by the mask
-    n_dropped_recurring: int  # of those, after an h-id context that precedes a trained token more than once
-
-    @property
-    def recurring_share(self) -> float:
-        """The share of the trained tokens dropped after a recurring context: never trained on, in any copy."""
-        return self.n_dropped_recurring / self.n_trained if self.n_trained else 0.0
 
 
 def drop_counts(rows: Iterable[Mapping[str, Any]], settings: GoldfishSettings) -> DropCounts:
