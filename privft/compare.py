@@ -438,10 +438,13 @@ def _finish_rows(rows: list[dict[str, Any]], reference_perplexity: float, baseli
     baseline's CPU of a row trained on another (`cost_on_baseline_cpu`, where `cpu_reference` covers both). The keys
     keep their historical names (`vs_lora`, `overhead_vs_lora`, ...): compare.json's `baseline` names the row they
     compare with."""
-    seconds, gain = baseline["train_seconds"], reference_perplexity - baseline["perplexity"]
+    gain = reference_perplexity - baseline["perplexity"]
     for row in rows:
         trained = row["family"] != "pretrained"
-        row["overhead_vs_lora"] = row["train_seconds"] / seconds if trained and seconds > 0 else None
+        on_cpu = bool(row.get("train_cpu_seconds") and baseline.get("train_cpu_seconds"))
+        row["overhead_measure"] = "cpu" if on_cpu else "wall"
+        key = "train_cpu_seconds" if on_cpu else "train_seconds"
+        row["overhead_vs_lora"] = row[key] / baseline[key] if trained and baseline[key] > 0 else None
         row["cost_on_baseline_cpu"] = _cost_on_baseline_cpu(row, baseline, cpu_reference)
         row["learned"] = not trained or row["perplexity"] < reference_perplexity * (1 - MIN_PERPLEXITY_GAIN)
         row["gain_share"] = (reference_perplexity - row["perplexity"]) / gain if trained and gain > 0 else None
@@ -752,7 +755,8 @@ def comparison_table(comparison: Comparison) -> str:
         notes = ([] if row["learned"] else [NO_TRAINING]) + (["⚠ distribution shift"] if row["distribution_shift"]
                                                              else [])
         notes += [_tuned(row)] if row.get("tune") else []
-        overhead = f"{row['overhead_vs_lora']:.2f}" if row["overhead_vs_lora"] is not None else "n/a"
+        overhead = ("n/a" if row["overhead_vs_lora"] is None else f"{row['overhead_vs_lora']:.2f}"
+                    + (" (wall)" if row["overhead_measure"] == "wall" else ""))
         converted = row.get("cost_on_baseline_cpu")
         if converted:
             overhead = f"≈ {converted['ratio']:.2f}"
@@ -775,12 +779,13 @@ def comparison_table(comparison: Comparison) -> str:
                   "ceiling on the evaluated non-members, and the 95 % upper bound on that threshold's FPR for new "
                   "non-members (strongest attack); the strongest attack is picked after the fact, which "
                   "flatters it; mean cells average rate and count over the attacks. ε is the PRV bound spent by "
-                  f"DP-LoRA (∞: no DP guarantee). × {label}: training time over {_baseline_words(comparison)} "
-                  "(audits excluded, and so is SOFT's paraphrasing, done once before training and cached; the adaptive "
-                  "attackers too in cells that record their time as adaptive_seconds, while earlier cells include "
-                  "it). CPU s: the training process's CPU seconds over the same span as Train s (all its threads), "
-                  "which time spent waiting for a core held by other work does not inflate (n/a: a cell run before "
-                  "they were recorded). "
+                  f"DP-LoRA (∞: no DP guarantee). × {label}: training CPU seconds over those of "
+                  f"{_baseline_words(comparison)} (wall seconds, marked \"(wall)\", where either has none; "
+                  "audits excluded, and so is SOFT's paraphrasing, done once before training and cached; the "
+                  "adaptive attackers too in cells that record their time as adaptive_seconds, while earlier cells "
+                  "include it). CPU s: the training process's CPU seconds over the same span as Train s (all its "
+                  "threads), which time spent waiting for a core held by other work does not inflate (n/a: a cell "
+                  "run before they were recorded). "
                   f"{NO_TRAINING}: validation perplexity not at least {MIN_PERPLEXITY_GAIN:.0%} below the "
                   f"pretrained model's. ΔAUC vs {label}: the cell's AUC minus the baseline's on the baseline's "
                   "strongest attack, over the same texts, with a paired bootstrap interval (✱: excludes 0). Val. "

@@ -22,6 +22,7 @@ from privft.compare import (
     CompareConfig,
     Comparison,
     GridSettings,
+    _finish_rows,
     _mean_summary,
     _rate,
     comparison_table,
@@ -74,6 +75,9 @@ def test_grid_runs_every_cell_audited_alike_and_resumes(config):
     assert all(row["epsilon"] is None for row in comparison.rows if row["family"] != "dp")
     pretrained, lora = comparison.rows[:2]
     assert pretrained["train_seconds"] == 0 and pretrained["learned"] and lora["overhead_vs_lora"] == 1.0
+    full = next(row for row in comparison.rows if row["name"] == "full fine-tuning")  # cost: CPU seconds' ratio
+    assert full["overhead_measure"] == "cpu" and \
+        full["overhead_vs_lora"] == pytest.approx(full["train_cpu_seconds"] / lora["train_cpu_seconds"])
     for row in comparison.rows:  # perplexity carries an interval over the validation texts, paired against LoRA
         assert row["perplexity_ci"][0] <= row["perplexity"] <= row["perplexity_ci"][1]
         if row is not lora:
@@ -101,6 +105,12 @@ def test_grid_runs_every_cell_audited_alike_and_resumes(config):
     assert "Other CPU: full fine-tuning." in marked
     assert "Other CPU: full fine-tuning." in pick_table(elsewhere, ["LoRA r=4", "full fine-tuning"])
     assert "CPU seconds compare" not in pick_table(elsewhere, ["LoRA r=4", PRETRAINED])
+    older = [dict(row, train_cpu_seconds=None) if row["name"] == "full fine-tuning" else dict(row)
+             for row in comparison.rows]  # a cell from before CPU seconds were recorded: its cost is wall time's
+    _finish_rows(older, comparison.pretrained_perplexity, older[1])
+    assert older[2]["overhead_measure"] == "wall" and older[2]["overhead_vs_lora"] == \
+        pytest.approx(older[2]["train_seconds"] / lora["train_seconds"])
+    assert comparison_table(Comparison(older, [], out, [])).count(" (wall) |") == 1
     assert json.loads((out / "compare.json").read_text())["rows"][4]["privacy"]["privacy_unit"] == \
         "one training sequence"
 
