@@ -870,7 +870,7 @@ def _conversion_note(rows: Sequence[dict[str, Any]], reference: CpuReference | N
     """How the ≈ costs were converted to the baseline's CPU; empty where no row's was."""
     if reference is None or not any(row.get("cost_on_baseline_cpu") for row in rows):
         return ""
-    return (" ≈: the row's CPU seconds converted to the baseline's CPU, and × the ratio of CPU seconds, by the CPU "
+    return (" ≈: the row's CPU seconds converted to the baseline's CPU, and × computed from them, by the CPU "
             f"reference: {reference.describe()}. One workload stands for all, so read ≈ as an estimate.")
 
 
