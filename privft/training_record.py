@@ -150,9 +150,10 @@ class GoldfishRecord:
 
     def warnings(self) -> list[str]:
         """A warning when many trained tokens were dropped in every copy: what recurring sentences state is lost."""
-        if self.drops is None or self.drops.recurring_share < self.RECURRING_WARNING_SHARE:
+        drops = self.drops
+        if drops is None or drops.recurring_share < self.RECURRING_WARNING_SHARE:
             return []
-        return [f"GOLDFISH ON RECURRING TEXT: {self.drops.recurring_share:.1%} of the trained tokens "
+        return [f"GOLDFISH ON RECURRING TEXT: {drops.recurring_share:.1%} of the trained tokens "
                 f"({self.n_dropped_recurring:,} of {self.n_trained:,}) follow a {self.h}-token context that recurs "
                 "in the training set, and Goldfish drops them in every copy, so the model never learns them there: "
                 "what recurring sentences state (templated answers, boilerplate facts) is withheld with them. "
