@@ -31,7 +31,7 @@ prompt_sides() {  # every finished cell's prompt side, skipped where its report 
   done
 }
 restore_records "$cells" "$records"
-keep_records_every 300 "$cells" "$records"
+keep_every 300 keep_records "$cells" "$records" "finished cells of $cells, as they land"
 # One cell at a time, each followed by its prompt side, so every finished row is whole (the pretrained and
 # plain-LoRA rows run with the first; the names are the grid's in experiments/conversations.yaml).
 for name in "LoRA r=16" "SOFT paper (r=16)" "DP-LoRA ε=8 (r=16)"; do

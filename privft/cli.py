@@ -119,7 +119,6 @@ def _load_records(path: str, text_column: str, format: str = "auto") -> list[Rec
 def _audit_context(args: argparse.Namespace, split: MembershipSplit, seed: int) -> AuditContext:
     """ReCaLL / CON-ReCaLL prefixes and neighbours from the command line; prefixes checked before any model loads."""
     from privft.audit_context import AuditContext, generate_neighbours
-    from privft.models import cache_dir
     from privft.paraphrase import ParaphraseCache, build_paraphraser
 
     texts, _ = split.labels_and_texts()
@@ -132,7 +131,7 @@ def _audit_context(args: argparse.Namespace, split: MembershipSplit, seed: int) 
         model = {"model": args.neighbour_model} if args.neighbour_model else {}
         paraphraser = build_paraphraser("neighbour", fraction=NEIGHBOUR_FRACTION, **model)
         neighbours = generate_neighbours(texts, paraphraser, args.neighbours,
-                                         cache=ParaphraseCache(cache_dir() / "paraphrases"), seed=seed)
+                                         cache=ParaphraseCache.default(), seed=seed)
     return AuditContext(**prefixes, neighbours=neighbours)
 
 

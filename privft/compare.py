@@ -40,7 +40,7 @@ from privft.metrics import (
     paired_perplexity_ratio,
     wilson_interval,
 )
-from privft.models import cache_dir, load_model
+from privft.models import load_model
 from privft.paper.adaptive import adaptive_scores
 from privft.paraphrase import ParaphraseCache
 from privft.pipeline import (
@@ -423,7 +423,7 @@ class AdaptiveAudit(TrainerCallback):
         cache = StatsCache(config.audit.cache_dir) if config.audit.cache_dir else None
         scores = adaptive_scores(model.eval(), reference, tokenizer, texts, soft_paraphraser(config, **swaps),
                                  prefix_keep_ratio=config.soft.prefix_keep_ratio, cache=cache,
-                                 paraphrase_cache=ParaphraseCache(cache_dir() / "paraphrases"),
+                                 paraphrase_cache=ParaphraseCache.default(),
                                  batch_size=config.audit.batch_size)
         return {name: _attack_summary(evaluate_attack(labels, values, max_fprs=config.audit.max_fprs,
                                                       n_bootstrap=config.audit.n_bootstrap, seed=config.audit.seed))

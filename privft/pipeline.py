@@ -34,7 +34,7 @@ from privft.dp import DPSettings, make_private
 from privft.dp.callback import STATE_FILE as DP_STATE_FILE
 from privft.gate import GatePolicy, Verdict, check
 from privft.io import atomic_write_text
-from privft.models import DEFAULT_MODEL, cache_dir, hub_lookups_skipped, load_model
+from privft.models import DEFAULT_MODEL, hub_lookups_skipped, load_model
 from privft.paraphrase import ParaphraseCache, Paraphraser, build_paraphraser, obfuscate
 from privft.paraphrase.obfuscate import FAILED_REWRITES, MODES, ObfuscationResult
 from privft.paraphrase.registry import PARAPHRASERS, get_paraphraser
@@ -322,7 +322,7 @@ def _obfuscations(config: RunConfig, texts: list[Record], out: Path) -> list[Obf
         soft.warn_measured("conversations")
     paraphraser = soft_paraphraser(config)
     results = obfuscate(texts, paraphraser, prefix_keep_ratio=soft.prefix_keep_ratio, mode=soft.mode,
-                        cache=ParaphraseCache(cache_dir() / "paraphrases"), seed=config.data.seed,
+                        cache=ParaphraseCache.default(), seed=config.data.seed,
                         failed_rewrites=soft.failed_rewrites)
     atomic_write_text(out / "obfuscations.json", json.dumps(
         [{"original": r.original, "text": r.text, "fallback": r.fallback, "reason": r.reason} for r in results],

@@ -201,6 +201,7 @@ def test_word_similarity_is_a_word_level_ratio():
 # --- cache ------------------------------------------------------------------------------------
 
 def test_cache_serves_repeated_inputs_without_calling_the_paraphraser(tmp_path):
+    """Each (text, seed) is rewritten once; entries sit in the paraphraser's own folder, which can travel alone."""
     cache = ParaphraseCache(tmp_path / "cache")
     paraphraser = Scripted(lambda text, seed: text.replace("lazy", "sleepy"))
     first = obfuscate([TEXT, "an afternoon in the lazy sun"], paraphraser, cache=cache)
@@ -211,8 +212,8 @@ def test_cache_serves_repeated_inputs_without_calling_the_paraphraser(tmp_path):
     [suffix_only] = obfuscate([TEXT], paraphraser, cache=cache, mode="rewrite-only")  # the same suffix's rewrite
     assert len(paraphraser.calls) == 3
     assert suffix_only.text == "the sleepy dog near the river bank" and first[0].text.endswith(suffix_only.text)
-    entries = sorted((tmp_path / "cache").glob("*/*.json"))
-    assert len(entries) == 3
+    entries = sorted((tmp_path / "cache").rglob("*.json"))
+    assert len(entries) == 3 and {entry.relative_to(tmp_path / "cache").parts[0] for entry in entries} == {"scripted"}
     assert {json.loads(entry.read_text())["original"] for entry in entries} == {TEXT, "an afternoon in the lazy sun"}
 
 

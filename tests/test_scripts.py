@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -192,6 +193,27 @@ def test_cell_records_keep_a_finished_cells_records_without_weights_and_restore_
     (cells / "done" / "report.json").write_text('{"auc": 0.65}')  # archiving again brings the record up to date
     run("archive", cells)
     assert (records / "done" / "report.json").read_text() == '{"auc": 0.65}'
+
+
+def test_keep_files_commits_a_plain_folder_and_restore_files_brings_it_back(tmp_path):
+    """experiments/cell-records.sh's helpers, as run-frontier.sh carries the LLM paraphraser's cache in git."""
+    script = f"""set -euo pipefail
+source {SCRIPTS.parent / "experiments" / "cell-records.sh"}
+git init -q && git commit -q --allow-empty -m start
+mkdir -p cache/ab cache/cd && echo kept > cache/ab/key.json && echo kept > cache/cd/key.json
+keep_files cache records/llm "rewrites, as they land"
+keep_files cache records/llm "nothing new"
+rm -r cache && mkdir -p cache/ab && echo "made here" > cache/ab/key.json
+restore_files cache records/llm
+git log --format=%s
+"""
+    identity = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org", "GIT_COMMITTER_NAME": "t",
+                "GIT_COMMITTER_EMAIL": "t@example.org", "PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+    run = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=identity, capture_output=True, text=True, check=True)
+    assert run.stdout.splitlines() == ["records: rewrites, as they land", "start"]  # an unchanged folder: no commit
+    cache = {str(path.relative_to(tmp_path / "cache")): path.read_text()
+             for path in (tmp_path / "cache").rglob("*.json")}
+    assert cache == {"ab/key.json": "made here\n", "cd/key.json": "kept\n"}  # restored; what is here stays
 
 
 def test_seed_orderings_names_the_orderings_that_hold_and_those_that_reverse(tmp_path):

@@ -134,7 +134,7 @@ def domain_data(scale: PaperScale, domain: str, paraphraser: NeighbourParaphrase
                                             source=train.source)
     texts, _ = evaluation.labels_and_texts()
     neighbours = generate_neighbours(texts, paraphraser, scale.n_neighbours,
-                                     cache=ParaphraseCache(cache_dir() / "paraphrases"), seed=scale.seed)
+                                     cache=ParaphraseCache.default(), seed=scale.seed)
     context = AuditContext(tuple(prefix_non_members[:scale.recall_shots]), tuple(prefix_members[:scale.recall_shots]),
                            neighbours)
     return DomainData(train, evaluation, context)
@@ -214,7 +214,7 @@ class Auditor:
         scores = adaptive_scores(model, self.reference, self.tokenizer, texts, attacker,
                                  prefix_keep_ratio=SoftSettings().prefix_keep_ratio,
                                  cache=StatsCache(config.cache_dir), batch_size=config.batch_size,
-                                 paraphrase_cache=ParaphraseCache(cache_dir() / "paraphrases"))
+                                 paraphrase_cache=ParaphraseCache.default())
         return {name: evaluate_attack(labels, values, max_fprs=config.max_fprs, n_bootstrap=config.n_bootstrap,
                                       seed=config.seed).to_dict() for name, values in scores.items()}
 

@@ -1,4 +1,4 @@
-"""A content-addressed disk cache of obfuscation results: one small JSON file per entry."""
+"""A content-addressed disk cache of obfuscation results: one small JSON file per entry, a folder per paraphraser."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from privft.io import atomic_write_text
+from privft.models import cache_dir
 
 logger = logging.getLogger("privft.paraphrase")
 
@@ -19,6 +20,16 @@ class ParaphraseCache:
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.directory = Path(directory)
+
+    @classmethod
+    def default(cls) -> ParaphraseCache:
+        """The cache privft's runs share: `paraphrases/` under its cache root (`privft.models.cache_dir`)."""
+        return cls(cache_dir() / "paraphrases")
+
+    def within(self, paraphraser: str) -> ParaphraseCache:
+        """The entries of one paraphraser, in a folder of their own (`<directory>/<paraphraser>/`), so that one
+        paraphraser's rewrites can be cleared, or kept beside an experiment's records, without the others'."""
+        return ParaphraseCache(self.directory / paraphraser)
 
     @staticmethod
     def key(**parts: Any) -> str:

@@ -112,6 +112,7 @@ def obfuscate(
         if not isinstance(text, str):
             raise TypeError(f"Text {index} is a {type(text).__name__}, not a str; pass the texts as strings.")
     settings = paraphraser.settings() if cache is not None else None  # may hash model weights: only when needed
+    cache = cache.within(paraphraser.name) if cache is not None else None
     keys = [ParaphraseCache.key(
         paraphraser=paraphraser.name, settings=settings, prefix_keep_ratio=prefix_keep_ratio, seed=seed,
         min_similarity=min_similarity, max_length_ratio=max_length_ratio, retries=retries, text=text,
