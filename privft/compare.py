@@ -442,10 +442,11 @@ def _finish_rows(rows: list[dict[str, Any]], reference_perplexity: float, baseli
     for row in rows:
         trained = row["family"] != "pretrained"
         on_cpu = bool(row.get("train_cpu_seconds") and baseline.get("train_cpu_seconds"))
-        row["overhead_measure"] = "cpu" if on_cpu else "wall"
+        row["cost_on_baseline_cpu"] = converted = _cost_on_baseline_cpu(row, baseline, cpu_reference)
+        row["overhead_measure"] = "converted cpu" if converted else "cpu" if on_cpu else "wall"
         key = "train_cpu_seconds" if on_cpu else "train_seconds"
-        row["overhead_vs_lora"] = row[key] / baseline[key] if trained and baseline[key] > 0 else None
-        row["cost_on_baseline_cpu"] = _cost_on_baseline_cpu(row, baseline, cpu_reference)
+        seconds = converted["cpu_seconds"] if converted else row[key]
+        row["overhead_vs_lora"] = seconds / baseline[key] if trained and baseline[key] > 0 else None
         row["learned"] = not trained or row["perplexity"] < reference_perplexity * (1 - MIN_PERPLEXITY_GAIN)
         row["gain_share"] = (reference_perplexity - row["perplexity"]) / gain if trained and gain > 0 else None
     saved = [json.loads(Path(row["report"]).read_text(encoding="utf-8")) for row in rows]  # each read once
@@ -466,8 +467,8 @@ def _finish_rows(rows: list[dict[str, Any]], reference_perplexity: float, baseli
 
 def _cost_on_baseline_cpu(row: dict[str, Any], baseline: dict[str, Any], reference: CpuReference | None
                           ) -> dict[str, Any] | None:
-    """A row's CPU seconds converted to the baseline's CPU, and their ratio to the baseline's; None where the row
-    ran on the baseline's CPU, on more than one, without CPU seconds, or on a CPU the reference does not cover."""
+    """A row's CPU seconds converted to the baseline's CPU; None where the row ran on the baseline's CPU, on more
+    than one, without CPU seconds (its or the baseline's), or on a CPU the reference does not cover."""
     cpus, target = _cpus(row), _cpus(baseline)
     if reference is None or len(cpus) != 1 or len(target) != 1 or cpus == target \
             or not baseline.get("train_cpu_seconds") or row.get("train_cpu_seconds") is None:
@@ -475,9 +476,7 @@ def _cost_on_baseline_cpu(row: dict[str, Any], baseline: dict[str, Any], referen
     factor = reference.factor(cpus[0], target[0])
     if factor is None:
         return None
-    seconds = row["train_cpu_seconds"] * factor
-    return {"cpu": target[0], "factor": factor, "cpu_seconds": seconds,
-            "ratio": seconds / baseline["train_cpu_seconds"]}
+    return {"cpu": target[0], "factor": factor, "cpu_seconds": row["train_cpu_seconds"] * factor}
 
 
 def _perplexity_vs(baseline: dict[str, Any], held_out: dict[str, Any]) -> dict[str, Any] | None:
@@ -755,11 +754,9 @@ def comparison_table(comparison: Comparison) -> str:
         notes = ([] if row["learned"] else [NO_TRAINING]) + (["⚠ distribution shift"] if row["distribution_shift"]
                                                              else [])
         notes += [_tuned(row)] if row.get("tune") else []
-        overhead = ("n/a" if row["overhead_vs_lora"] is None else f"{row['overhead_vs_lora']:.2f}"
-                    + (" (wall)" if row["overhead_measure"] == "wall" else ""))
         converted = row.get("cost_on_baseline_cpu")
-        if converted:
-            overhead = f"≈ {converted['ratio']:.2f}"
+        overhead = ("n/a" if row["overhead_vs_lora"] is None else ("≈ " if converted else "")
+                    + f"{row['overhead_vs_lora']:.2f}" + (" (wall)" if row["overhead_measure"] == "wall" else ""))
         gain = f"{row['gain_share']:.0%}" if row.get("gain_share") is not None else "n/a"
         exposure = row.get("canary_exposure")
         exposure = (f"{exposure['mean_exposure']:.1f} / {exposure['max_measurable']:.1f} bits" if exposure

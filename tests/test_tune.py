@@ -159,12 +159,13 @@ def test_cpu_reference_times_a_finished_rate_again_here_and_converts_a_row_from_
     row = json.loads(cell.read_text())
     cell.write_text(json.dumps(dict(row, cpus=["Other CPU"])))  # as if the whole cell was trained on the other CPU
     comparison = run_compare(replace(config, cpu_reference=str(reference)), finished_only=True)
-    converted = comparison.rows[-1]["cost_on_baseline_cpu"]
-    baseline = comparison.baseline
-    assert converted["cpu_seconds"] == pytest.approx(2 * row["train_cpu_seconds"])
-    assert converted["ratio"] == pytest.approx(2 * row["train_cpu_seconds"] / baseline["train_cpu_seconds"])
+    converted, baseline = comparison.rows[-1], comparison.baseline
+    assert converted["cost_on_baseline_cpu"]["cpu_seconds"] == pytest.approx(2 * row["train_cpu_seconds"])
+    assert converted["overhead_measure"] == "converted cpu"  # × baseline compares the converted seconds
+    assert converted["overhead_vs_lora"] == pytest.approx(2 * row["train_cpu_seconds"] / baseline["train_cpu_seconds"])
     table = (Path(config.output_dir) / "compare.md").read_text()
-    assert f"‡ (≈ {converted['cpu_seconds']:.0f}) | ≈ {converted['ratio']:.2f} |" in table
+    assert (f"‡ (≈ {converted['cost_on_baseline_cpu']['cpu_seconds']:.0f}) | ≈ {converted['overhead_vs_lora']:.2f} |"
+            in table)
     assert "≈: the row's CPU seconds converted to the baseline's CPU" in table and "CPU s on Other CPU" in table
     assert "on the baseline's CPU" in pick_table(comparison.rows, ["LoRA tuned", baseline["name"]])
 
