@@ -804,8 +804,10 @@ def comparison_table(comparison: Comparison) -> str:
                       "and its × LoRA, count the part after the restart only (a resume from a checkpoint that kept "
                       "one adds the time spent up to it, and is not marked)."]
     if {_cpus(row) for row in rows} - {(), _cpus(baseline)}:
-        lines += ["", f"‡: trained on another CPU than the baseline, so its CPU s and × {label} do not measure its "
-                      "cost against the baseline's. " + cpu_note(rows)
+        converted = any(row.get("cost_on_baseline_cpu") for row in rows)
+        lines += ["", "‡: trained on another CPU than the baseline, so its CPU s do not measure its cost against the "
+                      f"baseline's, nor does its × {label}" + (" unless marked ≈ (converted, below)" if converted
+                                                              else "") + ". " + cpu_note(rows)
                       + _conversion_note(rows, comparison.cpu_reference)]
     if comparison.pending:
         lines += ["", "Pending cells (not yet run; rerun `privft compare` to resume): "

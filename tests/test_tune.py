@@ -167,6 +167,7 @@ def test_cpu_reference_times_a_finished_rate_again_here_and_converts_a_row_from_
     assert (f"‡ (≈ {converted['cost_on_baseline_cpu']['cpu_seconds']:.0f}) | ≈ {converted['overhead_vs_lora']:.2f} |"
             in table)
     assert "≈: the row's CPU seconds converted to the baseline's CPU" in table and "CPU s on Other CPU" in table
+    assert f"nor does its × {comparison.baseline_label} unless marked ≈ (converted, below)." in table
     assert "on the baseline's CPU" in pick_table(comparison.rows, ["LoRA tuned", baseline["name"]])
 
 
