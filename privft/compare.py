@@ -442,7 +442,8 @@ def _finish_rows(rows: list[dict[str, Any]], reference_perplexity: float, baseli
     for row in rows:
         trained = row["family"] != "pretrained"
         on_cpu = bool(row.get("train_cpu_seconds") and baseline.get("train_cpu_seconds"))
-        row["cost_on_baseline_cpu"] = converted = _cost_on_baseline_cpu(row, baseline, cpu_reference)
+        row["cost_on_baseline_cpu"] = converted = (_cost_on_baseline_cpu(row, baseline, cpu_reference) if on_cpu
+                                                   else None)
         row["overhead_measure"] = "converted cpu" if converted else "cpu" if on_cpu else "wall"
         key = "train_cpu_seconds" if on_cpu else "train_seconds"
         seconds = converted["cpu_seconds"] if converted else row[key]
@@ -467,11 +468,10 @@ def _finish_rows(rows: list[dict[str, Any]], reference_perplexity: float, baseli
 
 def _cost_on_baseline_cpu(row: dict[str, Any], baseline: dict[str, Any], reference: CpuReference | None
                           ) -> dict[str, Any] | None:
-    """A row's CPU seconds converted to the baseline's CPU; None where the row ran on the baseline's CPU, on more
-    than one, without CPU seconds (its or the baseline's), or on a CPU the reference does not cover."""
+    """The CPU seconds of a row (both it and the baseline have them) converted to the baseline's CPU; None where the
+    row ran on the baseline's CPU, on more than one, or on a CPU the reference does not cover."""
     cpus, target = _cpus(row), _cpus(baseline)
-    if reference is None or len(cpus) != 1 or len(target) != 1 or cpus == target \
-            or not baseline.get("train_cpu_seconds") or row.get("train_cpu_seconds") is None:
+    if reference is None or len(cpus) != 1 or len(target) != 1 or cpus == target:
         return None
     factor = reference.factor(cpus[0], target[0])
     if factor is None:
@@ -804,9 +804,9 @@ def comparison_table(comparison: Comparison) -> str:
                       "and its × LoRA, count the part after the restart only (a resume from a checkpoint that kept "
                       "one adds the time spent up to it, and is not marked)."]
     if {_cpus(row) for row in rows} - {(), _cpus(baseline)}:
-        converted = any(row.get("cost_on_baseline_cpu") for row in rows)
+        any_converted = any(row.get("cost_on_baseline_cpu") for row in rows)
         lines += ["", "‡: trained on another CPU than the baseline, so its CPU s do not measure its cost against the "
-                      f"baseline's, nor does its × {label}" + (" unless marked ≈ (converted, below)" if converted
+                      f"baseline's, nor does its × {label}" + (" unless marked ≈ (converted, below)" if any_converted
                                                               else "") + ". " + cpu_note(rows)
                       + _conversion_note(rows, comparison.cpu_reference)]
     if comparison.pending:
