@@ -7,7 +7,8 @@ For each measure (the strongest attack's AUC, TPR at each FPR ceiling, task accu
 seed's cells from best to worst, "≻" (better than) where the two neighbours' 95 % intervals are disjoint and "⪰"
 where they overlap or carry none (a TPR count's is its Wilson interval over the members). Then every pair of cells
 whose order is the same at both seeds ("holds"; ✱ where the intervals are disjoint at both) and every pair whose
-order reverses. A cell missing from either comparison is named and left out.
+order reverses, saying whether its intervals are disjoint at either seed (a reversal within overlapping intervals
+at both is noise, not a finding). A cell missing from either comparison is named and left out.
 """
 
 from __future__ import annotations
@@ -114,7 +115,10 @@ def orderings(seeds: list[dict[str, dict[str, Any]]], names: list[str]) -> str:
                 strict = " ✱" if all(_disjoint(each[a], each[b]) for each in readings) else ""
                 holds.append(f"{measure.label}: {first} better than {second}{strict}")
             else:
-                reverses.append(f"{measure.label}: {first} better than {second} at seed A, not at seed B")
+                disjoint = [seed for seed, each in zip("AB", readings) if _disjoint(each[a], each[b])]
+                where = (f"intervals disjoint at seed {' and '.join(disjoint)}" if disjoint
+                         else "intervals overlap at both: within noise")
+                reverses.append(f"{measure.label}: {first} better than {second} at seed A, not at seed B ({where})")
     lines += ["", "Best first: \"≻\" (better than) between neighbours whose 95 % intervals are disjoint, \"⪰\" "
                   "where they overlap or carry none.", "",
               "Orderings that hold at both seeds (✱: intervals disjoint at both):", "",

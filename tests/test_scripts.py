@@ -236,10 +236,25 @@ def test_seed_orderings_names_the_orderings_that_hold_and_those_that_reverse(tmp
     assert "| task accuracy (higher: more useful) | LoRA ⪰ SOFT ≻ DP | LoRA ⪰ SOFT ≻ DP |" in out
     assert "- strongest attack AUC (lower: more private): DP better than LoRA ✱" in out
     assert "- strongest attack AUC (lower: more private): DP better than SOFT\n" in out  # overlapping at seed B
-    assert "- members caught at 1 % FPR (fewer: more private): DP better than SOFT at seed A, not at seed B" in out
+    assert ("- members caught at 1 % FPR (fewer: more private): DP better than SOFT at seed A, not at seed B "
+            "(intervals overlap at both: within noise)") in out
     assert "- task accuracy (higher: more useful): LoRA better than SOFT\n" in out
     assert "| members caught at 1 % FPR (fewer: more private) | DP ⪰ SOFT ⪰ LoRA |" in out  # Wilson intervals overlap
     assert "test perplexity" not in out  # no comparison measured it
+
+
+def test_seed_orderings_says_where_a_reversal_is_outside_the_noise(tmp_path):
+    def row(name: str, auc: float) -> dict:
+        tpr = [{"max_fpr": 0.01, "tpr": None, "true_positives": 0, "n_members": 50}]
+        return {"name": name, "strongest": {"auc": auc, "auc_ci": [auc - 0.02, auc + 0.02], "tpr": tpr}}
+
+    paths = [tmp_path / "a.json", tmp_path / "b.json"]
+    for path, rows in zip(paths, ([row("X", 0.50), row("Y", 0.60)], [row("X", 0.56), row("Y", 0.55)])):
+        path.write_text(json.dumps({"rows": rows}))
+    run = subprocess.run([sys.executable, str(SCRIPTS / "seed_orderings.py"), *map(str, paths), "X", "Y"],
+                         capture_output=True, text=True, check=True)
+    assert ("- strongest attack AUC (lower: more private): X better than Y at seed A, not at seed B "
+            "(intervals disjoint at seed A)") in run.stdout
 
 
 def test_paused_runs_its_command_only_with_room_beside_the_paused_experiment(tmp_path):
