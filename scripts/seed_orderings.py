@@ -7,9 +7,9 @@ For each measure (the strongest attack's AUC, TPR at each FPR ceiling, task accu
 seed's cells from best to worst, "≻" (better than) where the two neighbours' 95 % intervals are disjoint and "⪰"
 where they overlap or carry none (a TPR count's is its Wilson interval over the members). Then every pair of cells
 whose order is the same at both seeds ("holds"; ✱ where the intervals are disjoint at both, or the one seed where
-they are) and every pair whose
-order reverses, saying whether its intervals are disjoint at either seed (a reversal within overlapping intervals
-at both is noise, not a finding). A cell missing from either comparison is named and left out.
+they are) and every pair whose order reverses, saying whether its intervals are disjoint at either seed (a reversal
+within overlapping intervals at both is noise, not a finding). A cell missing from either comparison is named and
+left out.
 """
 
 from __future__ import annotations
@@ -114,7 +114,7 @@ def orderings(seeds: list[dict[str, dict[str, Any]]], names: list[str]) -> str:
             first, second = (a, b) if order[0] else (b, a)
             disjoint = [seed for seed, each in zip("AB", readings) if _disjoint(each[a], each[b])]
             if order[0] == order[1]:
-                strict = {2: " ✱", 1: f" (intervals disjoint at seed {''.join(disjoint)} only)"}.get(len(disjoint), "")
+                strict = {2: " ✱", 1: f" (intervals disjoint at seed {disjoint[0]} only)"}.get(len(disjoint), "")
                 holds.append(f"{measure.label}: {first} better than {second}{strict}")
             else:
                 where = (f"intervals disjoint at seed {' and '.join(disjoint)}" if disjoint
