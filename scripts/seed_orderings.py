@@ -114,7 +114,8 @@ def orderings(seeds: list[dict[str, dict[str, Any]]], names: list[str]) -> str:
             first, second = (a, b) if order[0] else (b, a)
             disjoint = [seed for seed, each in zip("AB", readings) if _disjoint(each[a], each[b])]
             if order[0] == order[1]:
-                strict = {2: " ✱", 1: f" (intervals disjoint at seed {disjoint[0]} only)"}.get(len(disjoint), "")
+                strict = (" ✱" if len(disjoint) == 2 else f" (intervals disjoint at seed {disjoint[0]} only)"
+                          if disjoint else "")
                 holds.append(f"{measure.label}: {first} better than {second}{strict}")
             else:
                 where = (f"intervals disjoint at seed {' and '.join(disjoint)}" if disjoint
