@@ -114,9 +114,13 @@ def orderings(seeds: list[dict[str, dict[str, Any]]], names: list[str]) -> str:
             first, second = (a, b) if order[0] else (b, a)
             disjoint = [seed for seed, each in zip("AB", readings) if _disjoint(each[a], each[b])]
             if order[0] == order[1]:
-                strict = (" ✱" if len(disjoint) == 2 else f" (intervals disjoint at seed {disjoint[0]} only)"
-                          if disjoint else "")
-                holds.append(f"{measure.label}: {first} better than {second}{strict}")
+                if len(disjoint) == 2:
+                    mark = " ✱"
+                elif disjoint:
+                    mark = f" (intervals disjoint at seed {disjoint[0]} only)"
+                else:
+                    mark = ""
+                holds.append(f"{measure.label}: {first} better than {second}{mark}")
             else:
                 where = (f"intervals disjoint at seed {' and '.join(disjoint)}" if disjoint
                          else "intervals overlap at both: within noise")

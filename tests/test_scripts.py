@@ -216,12 +216,18 @@ git log --format=%s
     assert cache == {"ab/key.json": "made here\n", "cd/key.json": "kept\n"}  # restored; what is here stays
 
 
-def test_seed_orderings_names_the_orderings_that_hold_and_those_that_reverse(tmp_path):
-    def row(name: str, auc: float, caught: int, accuracy: float) -> dict:
-        tpr = [{"max_fpr": 0.01, "tpr": caught / 50, "true_positives": caught, "n_members": 50}]
-        return {"name": name, "strongest": {"auc": auc, "auc_ci": [auc - 0.02, auc + 0.02], "tpr": tpr},
-                "task_accuracy": {"accuracy": accuracy, "ci_low": accuracy - 0.05, "ci_high": accuracy + 0.05}}
+def _compared_row(name: str, auc: float, caught: int | None = None, accuracy: float | None = None) -> dict:
+    """A compare.json row as seed_orderings.py reads it: AUC ± 0.02, TPR at 1 % FPR of 50 members, task ± 0.05."""
+    tpr = [{"max_fpr": 0.01, "tpr": None if caught is None else caught / 50, "true_positives": caught or 0,
+            "n_members": 50}]
+    row = {"name": name, "strongest": {"auc": auc, "auc_ci": [auc - 0.02, auc + 0.02], "tpr": tpr}}
+    if accuracy is not None:
+        row["task_accuracy"] = {"accuracy": accuracy, "ci_low": accuracy - 0.05, "ci_high": accuracy + 0.05}
+    return row
 
+
+def test_seed_orderings_names_the_orderings_that_hold_and_those_that_reverse(tmp_path):
+    row = _compared_row
     seeds = [[row("LoRA", 0.70, 9, 0.9), row("DP", 0.50, 1, 0.2), row("SOFT", 0.60, 3, 0.8)],
              [row("LoRA", 0.72, 8, 0.9), row("DP", 0.51, 4, 0.3), row("SOFT", 0.52, 2, 0.85)]]
     paths = []
@@ -245,10 +251,7 @@ def test_seed_orderings_names_the_orderings_that_hold_and_those_that_reverse(tmp
 
 
 def test_seed_orderings_says_where_a_reversal_is_outside_the_noise(tmp_path):
-    def row(name: str, auc: float) -> dict:
-        tpr = [{"max_fpr": 0.01, "tpr": None, "true_positives": 0, "n_members": 50}]
-        return {"name": name, "strongest": {"auc": auc, "auc_ci": [auc - 0.02, auc + 0.02], "tpr": tpr}}
-
+    row = _compared_row
     paths = [tmp_path / "a.json", tmp_path / "b.json"]
     for path, rows in zip(paths, ([row("X", 0.50), row("Y", 0.60)], [row("X", 0.56), row("Y", 0.55)])):
         path.write_text(json.dumps({"rows": rows}))
