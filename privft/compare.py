@@ -551,13 +551,20 @@ def _check_same_data(config: CompareConfig, cells: list[Cell]) -> None:
                          "output_dir and cells_dir); the cells that ran stay as they are.")
 
 
-def _progress(index: int, cells: list[Cell], todo: list[Cell], seconds: list[float]) -> str:
-    """A progress line: which cell starts, and the grid's ETA from the cells timed so far in this call."""
+def _runs(cell: Cell) -> int:
+    """How many trainings a cell runs: one per learning rate of a tuned cell, else one (the pretrained row's audit)."""
+    return len(cell.tune.learning_rates) if cell.tune else 1
+
+
+def _progress(index: int, cells: list[Cell], todo: list[Cell], timed: list[tuple[Cell, float]]) -> str:
+    """A progress line: which cell starts, and the grid's ETA from the cells timed so far in this call, a tuned cell
+    weighing as one run per learning rate (a cell resumed part-way was timed for its rest alone, so it shortens the
+    ETA)."""
     line = f"[privft compare] cell {index + 1}/{len(cells)}: {cells[index].name}"
-    if seconds:
-        mean = sum(seconds) / len(seconds)
-        line += (f"; {len(todo)} cell(s) to run incl. this one, ETA {len(todo) * mean / 60:.0f} min "
-                 f"(mean {mean / 60:.1f} min per cell so far)")
+    if timed:
+        mean = sum(seconds for _, seconds in timed) / sum(_runs(cell) for cell, _ in timed)
+        line += (f"; {len(todo)} cell(s) to run incl. this one, ETA {sum(map(_runs, todo)) * mean / 60:.0f} min "
+                 f"(mean {mean / 60:.1f} min per training run so far)")
     return line
 
 
@@ -611,11 +618,11 @@ def run_compare(config: CompareConfig, *, finished_only: bool = False, only: Seq
                          f"{config.output_dir} have not finished; run `privft compare` without --finished-only first.")
     cpu_reference = CpuReference.load(config.cpu_reference) if config.cpu_reference else None
     save_yaml(config, out / "compare.yaml")  # only once every check passed: a refused config replaces no record
-    ran, seconds = [], []
+    ran, timed = [], []
     for index, (cell, path) in enumerate(zip(cells, paths)):
         if cell not in todo:
             continue
-        print(_progress(index, cells, todo, seconds), flush=True)
+        print(_progress(index, cells, todo, timed), flush=True)
         start = time.perf_counter()
         adaptive = AdaptiveAudit(cell.config, config.grid.adaptive) if config.grid.adaptive.n_members else None
         tuned = None  # a tuned cell's selection: its learning rate, epoch and grid
@@ -628,7 +635,7 @@ def run_compare(config: CompareConfig, *, finished_only: bool = False, only: Seq
                 result = run_training(cell.config, extra_callbacks=[adaptive] if adaptive else [])
             if config.grid.prompt_side:
                 audit_prompt_side(cell, result)
-        seconds.append(time.perf_counter() - start)
+        timed.append((cell, time.perf_counter() - start))
         row = cell_row(cell, result)
         if adaptive:  # its attackers run at the end of training, inside the training clock: not training time
             row["train_seconds"] -= adaptive.clock.seconds
@@ -637,7 +644,7 @@ def run_compare(config: CompareConfig, *, finished_only: bool = False, only: Seq
             row.update({key: tuned[key] for key in ("train_seconds", "train_cpu_seconds", "resumed_from",
                                                     "times_partial", "cpus")})
         rows[index] = {**row, "tune": tuned, "adaptive": adaptive.result if adaptive else None,
-                       "adaptive_seconds": adaptive.clock.seconds if adaptive else None, "cell_seconds": seconds[-1]}
+                       "adaptive_seconds": adaptive.clock.seconds if adaptive else None, "cell_seconds": timed[-1][1]}
         atomic_write_text(path, json.dumps(rows[index], indent=1))
         todo.remove(cell)
         ran.append(cell.name)

@@ -18,12 +18,14 @@ from privft.compare import (
     NO_TRAINING,
     PRETRAINED,
     AdaptiveSettings,
+    Cell,
     CellSpec,
     CompareConfig,
     Comparison,
     GridSettings,
     _finish_rows,
     _mean_summary,
+    _progress,
     _rate,
     comparison_table,
     grid_cells,
@@ -35,6 +37,7 @@ from privft.config import load_yaml, save_yaml, to_dict
 from privft.metrics import AccuracyResult, evaluate_attack
 from privft.pipeline import CanarySettings, DataSettings, DPSettings, RunConfig, SoftSettings, check_canary_room
 from privft.training import FinetuneSettings, LoraSettings
+from privft.tune import TuneSettings
 
 
 @pytest.fixture()
@@ -372,3 +375,13 @@ def test_the_privacy_utility_plot_reads_task_accuracy_where_every_row_measured_i
     assert label.startswith("task accuracy on 200 held-out tickets") and utility(measured[1]) == (0.975, 0.94, 0.99)
     label, utility = utility_axis(measured + [row(5.0, None)])  # one row without it: perplexity for every row
     assert label.startswith("validation perplexity") and utility(measured[1]) == pytest.approx((1.1, 0.1, 2.1))
+
+
+def test_the_eta_counts_a_tuned_cell_as_one_training_run_per_learning_rate():
+    run = RunConfig()
+    plain, tuned = Cell("LoRA r=16", "lora", run), Cell("SOFT, tuned", "soft", run, TuneSettings((3e-4, 1e-3, 3e-3)))
+    cells = [plain, tuned, replace(tuned, name="Goldfish, tuned", family="goldfish")]
+    line = _progress(2, cells, cells[2:], [(plain, 600.0), (tuned, 1800.0)])  # 2,400 s over 4 runs: 10 min a run
+    assert line.endswith("cell 3/3: Goldfish, tuned; 1 cell(s) to run incl. this one, ETA 30 min "
+                         "(mean 10.0 min per training run so far)")
+    assert _progress(0, cells, cells, []) == "[privft compare] cell 1/3: LoRA r=16"
